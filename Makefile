@@ -1,0 +1,61 @@
+# ragkb — `make run` starts the whole service on its embedded defaults; `make test` runs the whole suite.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+# torch first and pinned: this machine has the 2.13.0 CPU build on disk; any other version pulls GBs of CUDA.
+TORCH := torch==2.13.0
+PACKAGES := -e libs/core -e libs/http -e libs/analyzer -e libs/models -e services/api -e services/worker -e services/retriever
+DEV_TOOLS := pytest>=8 pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML
+STAMP := $(VENV)/.installed
+SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+
+.PHONY: help install run test test-unit test-integration test-e2e lint format redis postgres bench clean
+
+help: ## Show the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
+
+$(PY):
+	python3 -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+
+$(STAMP): $(PY) $(SOURCES) Makefile
+	$(PIP) install --quiet $(TORCH)
+	$(PIP) install --quiet $(PACKAGES) $(DEV_TOOLS)
+	touch $(STAMP)
+
+install: $(STAMP) ## Create the virtual environment and install every package (once; again when a pyproject changes)
+
+redis: ## Make sure a Redis answers on RAGKB_REDIS__URL (default 127.0.0.1:6379): use a running one or start one
+	@bash deploy/ensure-redis.sh
+
+postgres: ## Make sure the PostgreSQL the metadata tests use answers (127.0.0.1:5432)
+	@bash deploy/ensure-postgres.sh
+
+run: install redis ## Start retriever, worker and api in the foreground (Ctrl-C stops all)
+	$(PY) deploy/launcher.py
+
+test: install redis postgres ## Install and run the whole suite: unit, integration, e2e
+	$(PY) -m pytest tests -q
+
+test-unit: install ## Unit tests only (no services)
+	$(PY) -m pytest tests/unit -q
+
+test-integration: install redis postgres ## Integration tests (real Redis, PostgreSQL, Qdrant Edge, models)
+	$(PY) -m pytest tests/integration -q
+
+test-e2e: install redis ## End-to-end tests: the real processes, driven over HTTP
+	$(PY) -m pytest tests/e2e -q
+
+lint: install ## ruff and mypy (strict)
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy libs services
+
+format: install ## Apply ruff's formatting and fixes
+	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
+
+bench: install redis ## Ingest and query benchmarks against a live service (see bench/README.md)
+	$(PY) bench/ingest.py && $(PY) bench/query.py
+
+clean: ## Remove local data (var/); keeps the venv and the model cache
+	rm -rf var

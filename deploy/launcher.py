@@ -1,0 +1,110 @@
+"""Start retriever, worker and api together in the foreground (what `make run` does); Ctrl-C stops all.
+
+Order: migrate the metadata database and prepare the embedding model once, then the retriever (the index
+owner), the worker, and the api; each must answer before the next starts. If any process exits, all stop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass
+
+STOP_GRACE_S = 15.0
+
+
+@dataclass(frozen=True)
+class Service:
+    name: str
+    module: str
+    ready_url: str | None
+
+
+def _services(api_port: int, retriever_port: int) -> list[Service]:
+    return [
+        Service("retriever", "ragkb_retriever", f"http://127.0.0.1:{retriever_port}/ready"),
+        Service("worker", "ragkb_worker", None),
+        Service("api", "ragkb_api", f"http://127.0.0.1:{api_port}/ready"),
+    ]
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with status {process.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} did not become ready within {timeout_s:.0f} s")
+
+
+def _prepare(env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "-m", "ragkb_core.db"], env=env, check=True)
+    subprocess.run([sys.executable, "-m", "ragkb_models.prepare"], env=env, check=True)
+
+
+def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
+    for process in reversed(processes):
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_GRACE_S
+    for process in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _supervise(processes: list[subprocess.Popen[bytes]]) -> int:
+    while True:
+        for process in processes:
+            if process.poll() is not None:
+                print(f"launcher: a service exited with status {process.returncode}; stopping all", flush=True)
+                return 1
+        time.sleep(0.5)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ready-timeout", type=float, default=600.0)
+    args = parser.parse_args()
+    env = dict(os.environ)
+    api_port = int(env.setdefault("RAGKB_API__PORT", "8000"))
+    retriever_port = int(env.setdefault("RAGKB_RETRIEVER__PORT", "8001"))
+    env.setdefault("RAGKB_RETRIEVER__URL", f"http://127.0.0.1:{retriever_port}")
+    processes: list[subprocess.Popen[bytes]] = []
+    # Ctrl-C and SIGTERM both end in the `finally` below, which stops every child.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        _prepare(env)
+        for service in _services(api_port, retriever_port):
+            process = subprocess.Popen([sys.executable, "-m", service.module], env=env)
+            processes.append(process)
+            if service.ready_url:
+                _wait_ready(service.ready_url, process, args.ready_timeout)
+        print(
+            f"\nragkb is up:\n  API        http://127.0.0.1:{api_port}\n"
+            f"  OpenAPI    http://127.0.0.1:{api_port}/schema/swagger\n"
+            f"  retriever  http://127.0.0.1:{retriever_port} (internal)\nPress Ctrl-C to stop.\n",
+            flush=True,
+        )
+        return _supervise(processes)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        _stop(processes)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

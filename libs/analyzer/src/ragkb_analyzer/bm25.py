@@ -1,0 +1,46 @@
+"""BM25 as sparse vectors: documents carry the term-frequency part, the engine applies IDF (modifier)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from ragkb_core.contracts import SparseTerms
+from ragkb_core.settings import AnalyzerSettings
+
+from ragkb_analyzer.analyzer import Analyzer, term_id
+
+
+class Bm25Encoder:
+    """Document weight of term t: tf·(k1+1) / (tf + k1·(1 − b + b·len/avg_len)); query weight: 1 per term.
+
+    With Qdrant's IDF modifier on the sparse vector, the dot product of the two is exactly BM25.
+    """
+
+    def __init__(self, analyzer: Analyzer, settings: AnalyzerSettings) -> None:
+        self.analyzer = analyzer
+        self._k1 = settings.k1
+        self._b = settings.b
+        self._avg_len = settings.avg_len
+
+    @property
+    def version(self) -> str:
+        return self.analyzer.version
+
+    def encode_document(self, text: str) -> SparseTerms:
+        counts = Counter(self.analyzer.terms(text))
+        length_norm = self._k1 * (1 - self._b + self._b * sum(counts.values()) / self._avg_len)
+        weights = {term: tf * (self._k1 + 1) / (tf + length_norm) for term, tf in counts.items()}
+        return _to_sparse(weights)
+
+    def encode_query(self, text: str) -> SparseTerms:
+        return _to_sparse(dict.fromkeys(self.analyzer.terms(text), 1.0))
+
+
+def _to_sparse(weights: dict[str, float]) -> SparseTerms:
+    # Two distinct terms may share a 32-bit id; add their weights rather than sending a duplicate index.
+    by_id: dict[int, float] = {}
+    for term, weight in weights.items():
+        key = term_id(term)
+        by_id[key] = by_id.get(key, 0.0) + weight
+    ordered = sorted(by_id.items())
+    return SparseTerms(indices=[i for i, _ in ordered], values=[v for _, v in ordered])

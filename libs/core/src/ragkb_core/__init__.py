@@ -1,0 +1,1 @@
+"""Shared core of ragkb: what several processes need and nothing else."""

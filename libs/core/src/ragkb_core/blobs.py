@@ -1,0 +1,68 @@
+"""Original uploads, stored content-addressed by sha256 in a local folder."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+from ragkb_core.errors import InvalidInput, NotFound
+
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+def sha256_of(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class BlobStore:
+    """`root/ab/cd/<sha256>`. Writes go to a temp file then rename, so a reader never sees half a blob.
+
+    Paths derive only from validated hex digests: nothing a client sends can name a path.
+    """
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir(parents=True, exist_ok=True)
+
+    def put(self, data: bytes) -> str:
+        return self.put_chunks([data])
+
+    def put_chunks(self, chunks: Iterable[bytes]) -> str:
+        digest = hashlib.sha256()
+        fd, temp_name = tempfile.mkstemp(dir=self.root, prefix=".incoming-")
+        try:
+            with os.fdopen(fd, "wb") as temp:
+                for chunk in chunks:
+                    digest.update(chunk)
+                    temp.write(chunk)
+                temp.flush()
+                os.fsync(temp.fileno())
+            sha = digest.hexdigest()
+            target = self._path(sha)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(temp_name, target)
+            return sha
+        except BaseException:
+            Path(temp_name).unlink(missing_ok=True)
+            raise
+
+    def read(self, sha: str) -> bytes:
+        path = self._path(sha)
+        if not path.exists():
+            raise NotFound(f"blob {sha} is missing from the blob store")
+        return path.read_bytes()
+
+    def exists(self, sha: str) -> bool:
+        return self._path(sha).exists()
+
+    def delete(self, sha: str) -> None:
+        self._path(sha).unlink(missing_ok=True)
+
+    def _path(self, sha: str) -> Path:
+        if not _SHA256.match(sha):
+            raise InvalidInput("not a sha256 digest")
+        return self.root / sha[:2] / sha[2:4] / sha

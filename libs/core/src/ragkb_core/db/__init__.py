@@ -1,0 +1,1 @@
+"""Metadata store: KBs, documents and jobs in SQL (SQLite by default, PostgreSQL by URL)."""

@@ -1,0 +1,62 @@
+"""Engine and session factory, and schema migration to head (Alembic) at start-up."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_core.settings import DatabaseSettings
+
+_MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def build_engine(settings: DatabaseSettings) -> Engine:
+    url = make_url(settings.url)
+    if url.get_backend_name() == "sqlite":
+        return _sqlite_engine(settings)
+    return create_engine(url, echo=settings.echo, pool_pre_ping=True)
+
+
+def _sqlite_engine(settings: DatabaseSettings) -> Engine:
+    url = make_url(settings.url)
+    if url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+    # api and worker are separate processes writing one file: wait for locks instead of failing at once.
+    engine = create_engine(url, echo=settings.echo, connect_args={"timeout": 30})
+    event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    # WAL lets readers proceed while a writer commits; foreign keys make ON DELETE CASCADE work.
+    cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute("PRAGMA foreign_keys=ON")
+    cursor.execute("PRAGMA busy_timeout=30000")
+    cursor.close()
+
+
+def build_session_factory(engine: Engine) -> sessionmaker[Session]:
+    return sessionmaker(engine, expire_on_commit=False)
+
+
+@contextmanager
+def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
+    """One unit of work: commits on success, rolls back on any error."""
+    with sessions.begin() as session:
+        yield session
+
+
+def migrate_to_head(engine: Engine) -> None:
+    config = Config()
+    config.set_main_option("script_location", str(_MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "head")

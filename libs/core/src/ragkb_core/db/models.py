@@ -1,0 +1,103 @@
+"""ORM tables. Schema changes go through Alembic migrations in ./migrations, never create_all()."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class DocumentStatus(StrEnum):
+    PENDING = "pending"
+    PROCESSING = "processing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class Base(DeclarativeBase):
+    type_annotation_map = {dict[str, Any]: JSON, list[str]: JSON}
+
+
+class KnowledgeBase(Base):
+    __tablename__ = "knowledge_bases"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200), unique=True)
+    description: Mapped[str] = mapped_column(Text, default="")
+    embedding_model: Mapped[str] = mapped_column(String(200))
+    analyzer_version: Mapped[str] = mapped_column(String(100))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+
+class Document(Base):
+    """One document of a KB, keyed by its stable `source_id`.
+
+    `version`/`sha256`/`blob_sha256` describe the newest accepted upload; `indexed_version` is the version
+    whose chunks are live in the index (None until the first ingest succeeds). They differ while a new
+    version is being processed or after it failed: the old one keeps serving.
+    """
+
+    __tablename__ = "documents"
+    __table_args__ = (
+        UniqueConstraint("kb_id", "source_id", name="uq_documents_kb_source"),
+        Index("ix_documents_kb_status", "kb_id", "status"),
+        Index("ix_documents_blob", "blob_sha256"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kb_id: Mapped[str] = mapped_column(String(32), ForeignKey("knowledge_bases.id", ondelete="CASCADE"))
+    source_id: Mapped[str] = mapped_column(String(1024))
+    title: Mapped[str] = mapped_column(String(1024))
+    filename: Mapped[str | None] = mapped_column(String(1024), nullable=True)
+    media_type: Mapped[str] = mapped_column(String(200))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    blob_sha256: Mapped[str] = mapped_column(String(64))
+    labels: Mapped[list[str]] = mapped_column(default=list)
+    metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
+    doc_type: Mapped[str] = mapped_column(String(20), default="knowledge")
+    status: Mapped[str] = mapped_column(String(20), default=DocumentStatus.PENDING)
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    indexed_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    chunk_count: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    stage_timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    ingest_report: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A worker that claims the document holds it until this time; past it, the claim may be taken over.
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+    indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+    __table_args__ = (Index("ix_jobs_kb", "kb_id"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(20))
+    kb_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    document_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    status: Mapped[str] = mapped_column(String(20), default=JobStatus.QUEUED)
+    progress_current: Mapped[int] = mapped_column(Integer, default=0)
+    progress_total: Mapped[int] = mapped_column(Integer, default=0)
+    counts: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    errors: Mapped[list[str]] = mapped_column(default=list)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -1,0 +1,64 @@
+"""The domain error hierarchy. HTTP maps it to problem details once (ragkb_http); the worker maps it to
+retry-or-fail once (ragkb_worker.tasks)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class RagkbError(Exception):
+    """Base of every error ragkb raises on purpose. `status` is the HTTP status it maps to."""
+
+    status: int = 500
+    title: str = "Internal error"
+    # Transient errors are retried by the worker with backoff; the rest fail the item at once.
+    transient: bool = False
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+    @property
+    def type_slug(self) -> str:
+        return self.title.lower().replace(" ", "-")
+
+
+class InvalidInput(RagkbError):
+    status = 422
+    title = "Invalid input"
+
+
+class NotFound(RagkbError):
+    status = 404
+    title = "Not found"
+
+
+class Conflict(RagkbError):
+    status = 409
+    title = "Conflict"
+
+
+class PayloadTooLarge(RagkbError):
+    status = 413
+    title = "Payload too large"
+
+
+class UnsupportedMediaType(RagkbError):
+    status = 415
+    title = "Unsupported media type"
+
+
+class ParseFailed(RagkbError):
+    """A document's content cannot be turned into text: permanent, never retried."""
+
+    status = 422
+    title = "Parse failed"
+
+
+class Unavailable(RagkbError):
+    """A dependency (retriever, database, broker) did not answer: transient, retried."""
+
+    status = 503
+    title = "Service unavailable"
+    transient = True

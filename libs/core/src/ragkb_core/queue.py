@@ -1,0 +1,39 @@
+"""The Celery application shared by the api (which sends tasks by name) and the worker (which runs them).
+
+The api never imports worker code: it only knows task names and their arguments, listed here.
+"""
+
+from __future__ import annotations
+
+from celery import Celery
+
+from ragkb_core.settings import RedisSettings
+
+INGEST_DOCUMENT = "ragkb.ingest_document"
+INGEST_QUEUE = "ingest"
+
+
+def make_celery(settings: RedisSettings) -> Celery:
+    app = Celery("ragkb", broker=settings.url, backend=None)
+    app.conf.update(
+        # Route by name so that producers need no task objects.
+        task_routes={INGEST_DOCUMENT: {"queue": INGEST_QUEUE}},
+        task_default_queue=INGEST_QUEUE,
+        # Ack after the task ran: a worker killed mid-task leaves the message to be redelivered.
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        # One message at a time per process: ingest tasks are long, prefetching would starve other workers.
+        worker_prefetch_multiplier=1,
+        # Redelivery after a lost worker waits this long; ingest tasks are bounded well below it.
+        broker_transport_options={"visibility_timeout": 3600},
+        task_serializer="json",
+        accept_content=["json"],
+        # Retry connecting to the broker when publishing instead of failing the upload at once.
+        broker_connection_retry_on_startup=True,
+        task_publish_retry=True,
+    )
+    return app
+
+
+def enqueue_ingest(app: Celery, document_id: str) -> None:
+    app.send_task(INGEST_DOCUMENT, args=[document_id], queue=INGEST_QUEUE)

@@ -1,0 +1,81 @@
+"""Typed client of the retriever's internal API, used by the api and the worker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo, SearchQuery, SearchResult
+from ragkb_core.errors import InvalidInput, NotFound, RagkbError, Unavailable
+from ragkb_core.settings import RetrieverClientSettings
+
+INTERNAL_PREFIX = "/internal/v1"
+
+
+class RetrieverClient:
+    def __init__(self, settings: RetrieverClientSettings) -> None:
+        self._http = httpx.Client(base_url=settings.url, timeout=settings.timeout_s)
+
+    def create_kb(self, kb_id: str) -> KbIndexInfo:
+        return KbIndexInfo.model_validate(self._call("PUT", f"/kbs/{kb_id}"))
+
+    def drop_kb(self, kb_id: str) -> None:
+        self._call("DELETE", f"/kbs/{kb_id}")
+
+    def write_document(self, points: DocumentPoints) -> DocumentWriteResult:
+        body = points.model_dump(mode="json")
+        data = self._call("PUT", f"/kbs/{points.kb_id}/documents/{points.document_id}", json=body)
+        return DocumentWriteResult.model_validate(data)
+
+    def delete_document(
+        self, kb_id: str, document_id: str, *, keep_version: int | None = None, only_version: int | None = None
+    ) -> None:
+        """Delete a document's points: all of them, all but `keep_version`, or only `only_version`."""
+        params = {"keep_version": keep_version, "only_version": only_version}
+        query = {name: value for name, value in params.items() if value is not None}
+        self._call("DELETE", f"/kbs/{kb_id}/documents/{document_id}", params=query)
+
+    def count_points(self, kb_id: str, document_id: str | None = None) -> int:
+        params = {"document_id": document_id} if document_id else {}
+        data = self._call("GET", f"/kbs/{kb_id}/count", params=params)
+        return int(data["count"])
+
+    def search(self, query: SearchQuery) -> SearchResult:
+        data = self._call("POST", "/search", json=query.model_dump(mode="json"))
+        return SearchResult.model_validate(data)
+
+    def ready(self) -> bool:
+        try:
+            return self._http.get("/ready").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, INTERNAL_PREFIX + path, **kwargs)
+        except httpx.HTTPError as exc:
+            raise Unavailable(f"retriever unreachable: {type(exc).__name__}") from exc
+        if response.status_code >= 400:
+            raise _error_from(response)
+        return response.json() if response.content else None
+
+
+def _error_from(response: httpx.Response) -> RagkbError:
+    """Map the retriever's problem details back onto the domain hierarchy."""
+    detail = _problem_detail(response)
+    if response.status_code == 404:
+        return NotFound(detail)
+    if response.status_code in (400, 422):
+        return InvalidInput(detail)
+    return Unavailable(f"retriever answered {response.status_code}: {detail}")
+
+
+def _problem_detail(response: httpx.Response) -> str:
+    try:
+        return str(response.json().get("detail", response.text))
+    except ValueError:
+        return response.text[:200]

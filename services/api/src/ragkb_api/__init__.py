@@ -1,0 +1,1 @@
+"""ragkb api: the only public entry point."""

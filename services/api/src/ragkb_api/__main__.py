@@ -1,0 +1,20 @@
+"""`python -m ragkb_api` / `ragkb-api`: serve the public API with uvicorn."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from ragkb_api.app import create_app
+from ragkb_api.settings import ApiSettings
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s api %(levelname)s %(name)s: %(message)s")
+    settings = ApiSettings()
+    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info")
+
+
+if __name__ == "__main__":
+    main()

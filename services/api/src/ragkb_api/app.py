@@ -1,0 +1,85 @@
+"""Composition root of the api: the only place that names concrete classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from celery import Celery
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+from redis import Redis
+from sqlalchemy import Engine, text
+
+from ragkb_core.blobs import BlobStore
+from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
+from ragkb_core.queue import make_celery
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_http import PROBLEM_HANDLERS, health_router
+
+from ragkb_api.routes.documents import DocumentController
+from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
+from ragkb_api.routes.search import SearchController
+from ragkb_api.services import DocumentService, KnowledgeBaseService, SearchService
+from ragkb_api.settings import ApiSettings
+
+# Multipart framing and the form fields around the file may add this much to the declared body size.
+MULTIPART_OVERHEAD_BYTES = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ApiServices:
+    engine: Engine
+    queue: Celery
+    retriever: RetrieverClient
+    knowledge_bases: KnowledgeBaseService
+    documents: DocumentService
+    search: SearchService
+
+
+def build_services(settings: ApiSettings) -> ApiServices:
+    engine = build_engine(settings.database)
+    migrate_to_head(engine)
+    sessions = build_session_factory(engine)
+    blobs = BlobStore(settings.blobs.root)
+    queue = make_celery(settings.redis)
+    retriever = RetrieverClient(settings.retriever)
+    return ApiServices(
+        engine=engine,
+        queue=queue,
+        retriever=retriever,
+        knowledge_bases=KnowledgeBaseService(sessions, retriever, blobs),
+        documents=DocumentService(sessions, blobs, queue, retriever, settings.limits),
+        search=SearchService(sessions, retriever, settings.limits),
+    )
+
+
+def create_app(settings: ApiSettings) -> Litestar:
+    services = build_services(settings)
+    redis = Redis.from_url(settings.redis.url, socket_timeout=2)
+    checks = {
+        "database": lambda: _database_answers(services.engine),
+        "redis": lambda: bool(redis.ping()),
+        "retriever": services.retriever.ready,
+    }
+    return Litestar(
+        route_handlers=[health_router(checks), KnowledgeBaseController, DocumentController, SearchController],
+        dependencies={
+            "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
+            "document_service": Provide(lambda: services.documents, sync_to_thread=False),
+            "search_service": Provide(lambda: services.search, sync_to_thread=False),
+        },
+        exception_handlers=PROBLEM_HANDLERS,
+        openapi_config=OpenAPIConfig(title="ragkb", version="1.0.0", path="/schema"),
+        request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
+        on_shutdown=[services.retriever.close, services.engine.dispose, redis.close],
+        logging_config=None,
+    )
+
+
+def _database_answers(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+    return True
+
+

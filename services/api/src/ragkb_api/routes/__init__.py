@@ -1,0 +1,1 @@
+"""HTTP controllers: a few lines each, delegating to the service layer."""

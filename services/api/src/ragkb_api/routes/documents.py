@@ -1,0 +1,128 @@
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal
+
+from anyio.to_thread import run_sync
+from litestar import Controller, Request, delete, get, post
+from litestar.datastructures import UploadFile
+from litestar.params import Parameter
+from pydantic import ValidationError
+
+from ragkb_core.errors import InvalidInput, UnsupportedMediaType
+
+from ragkb_api.schemas import DocumentAccepted, DocumentFields, DocumentOut, TextDocumentCreate
+from ragkb_api.services import DocumentService, Upload
+
+StatusFilter = Literal["pending", "processing", "done", "failed"]
+UPLOAD_DESCRIPTION = """Add a document, or a new version of one (same `source_id`).
+
+Either `multipart/form-data` with `file` and optional `source_id`, `title`, `labels` (JSON array or
+comma-separated), `metadata` (JSON object), `doc_type`; or `application/json` with `text` and the same
+optional fields. Answers 202 with the document; `unchanged: true` when the content equals the live version."""
+
+
+class DocumentController(Controller):
+    path = "/v1/knowledge-bases/{kb_id:str}/documents"
+    tags = ["documents"]
+
+    @post("/", status_code=202, summary="Upload a document", description=UPLOAD_DESCRIPTION)
+    async def upload(self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService) -> DocumentAccepted:
+        fields, upload = await _read_upload(request)
+        # Hashing, writing the blob and the database are blocking: keep them off the event loop.
+        return await run_sync(document_service.accept, kb_id, fields, upload)
+
+    @get("/", sync_to_thread=True, summary="List documents, optionally by status")
+    def list_all(
+        self,
+        kb_id: str,
+        document_service: DocumentService,
+        status: Annotated[StatusFilter | None, Parameter(query="status")] = None,
+    ) -> list[DocumentOut]:
+        return document_service.list(kb_id, status)
+
+    @get("/{document_id:str}", sync_to_thread=True, summary="Get a document's status, version and timings")
+    def get_one(self, kb_id: str, document_id: str, document_service: DocumentService) -> DocumentOut:
+        return document_service.get(kb_id, document_id)
+
+    @delete("/{document_id:str}", status_code=204, sync_to_thread=True, summary="Delete a document and its chunks")
+    def remove(self, kb_id: str, document_id: str, document_service: DocumentService) -> None:
+        document_service.delete(kb_id, document_id)
+
+
+async def _read_upload(request: Request[Any, Any, Any]) -> tuple[DocumentFields, Upload]:
+    content_type = request.content_type[0]
+    if content_type == "multipart/form-data":
+        return await _read_multipart(request)
+    if content_type == "application/json":
+        return _read_json(await request.body())
+    raise UnsupportedMediaType(
+        f"send multipart/form-data or application/json, not {content_type or 'no content type'}",
+        supported_media_types=["multipart/form-data", "application/json"],
+    )
+
+
+async def _read_multipart(request: Request[Any, Any, Any]) -> tuple[DocumentFields, Upload]:
+    form = await request.form()
+    file = form.get("file")
+    if not isinstance(file, UploadFile):
+        raise InvalidInput("multipart upload needs a `file` part")
+    raw: dict[str, Any] = {key: form.get(key) for key in ("source_id", "title", "doc_type") if form.get(key)}
+    raw["labels"] = _parse_labels(form.get("labels"))
+    raw["metadata"] = _parse_json_object(form.get("metadata"), "metadata")
+    fields = _validate(DocumentFields, raw)
+    data = await file.read()
+    return fields, Upload(data=data, filename=_clean_filename(file.filename), declared_type=file.content_type)
+
+
+def _read_json(body: bytes) -> tuple[DocumentFields, Upload]:
+    try:
+        raw = json.loads(body)
+    except ValueError as exc:
+        raise InvalidInput("the body is not valid JSON") from exc
+    document = _validate(TextDocumentCreate, raw)
+    fields = DocumentFields.model_validate(document.model_dump(exclude={"text"}))
+    return fields, Upload(data=document.text.encode("utf-8"), filename=None, declared_type="text/plain")
+
+
+def _validate(model: Any, raw: Any) -> Any:
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        errors = [{"loc": list(e["loc"]), "message": e["msg"]} for e in exc.errors()]
+        raise InvalidInput("the document fields are not valid", errors=errors) from exc
+
+
+def _parse_labels(value: Any) -> list[str]:
+    if not value:
+        return []
+    text = str(value).strip()
+    if text.startswith("["):
+        parsed = _parse_json(text, "labels")
+        if not isinstance(parsed, list) or not all(isinstance(item, str) for item in parsed):
+            raise InvalidInput("labels must be a JSON array of strings or a comma-separated list")
+        return parsed
+    return [label.strip() for label in text.split(",") if label.strip()]
+
+
+def _parse_json_object(value: Any, name: str) -> dict[str, Any]:
+    if not value:
+        return {}
+    parsed = _parse_json(str(value), name)
+    if not isinstance(parsed, dict):
+        raise InvalidInput(f"{name} must be a JSON object")
+    return parsed
+
+
+def _parse_json(text: str, name: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"{name} is not valid JSON") from exc
+
+
+def _clean_filename(filename: str | None) -> str | None:
+    # Keep only the last path component: a client's directory layout is not ours to store.
+    if not filename:
+        return None
+    return filename.replace("\\", "/").rsplit("/", 1)[-1][:255] or None

@@ -1,0 +1,27 @@
+from __future__ import annotations
+
+from litestar import Controller, delete, get, post
+
+from ragkb_api.schemas import KnowledgeBaseCreate, KnowledgeBaseOut
+from ragkb_api.services import KnowledgeBaseService
+
+
+class KnowledgeBaseController(Controller):
+    path = "/v1/knowledge-bases"
+    tags = ["knowledge bases"]
+
+    @post("/", status_code=201, sync_to_thread=True, summary="Create a knowledge base")
+    def create(self, data: KnowledgeBaseCreate, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
+        return kb_service.create(data)
+
+    @get("/", sync_to_thread=True, summary="List knowledge bases")
+    def list_all(self, kb_service: KnowledgeBaseService) -> list[KnowledgeBaseOut]:
+        return kb_service.list()
+
+    @get("/{kb_id:str}", sync_to_thread=True, summary="Get a knowledge base with document counts per status")
+    def get_one(self, kb_id: str, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
+        return kb_service.get(kb_id)
+
+    @delete("/{kb_id:str}", status_code=204, sync_to_thread=True, summary="Delete a KB, its documents and index")
+    def remove(self, kb_id: str, kb_service: KnowledgeBaseService) -> None:
+        kb_service.delete(kb_id)

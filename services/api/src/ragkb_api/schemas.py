@@ -1,0 +1,106 @@
+"""Public request and response shapes of the v1 API (private to the api; wire contracts live in ragkb_core)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field, field_validator
+
+from ragkb_core.contracts import DocType, SearchHit
+
+MAX_LABELS = 50
+MAX_LABEL_CHARS = 100
+
+
+class KnowledgeBaseCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=2000)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("name must not be blank")
+        return value.strip()
+
+
+class KnowledgeBaseOut(BaseModel):
+    id: str
+    name: str
+    description: str
+    embedding_model: str
+    analyzer_version: str
+    document_counts: dict[str, int]
+    created_at: datetime
+    updated_at: datetime
+
+
+class DocumentFields(BaseModel):
+    """Fields shared by JSON and multipart uploads."""
+
+    source_id: str | None = Field(default=None, min_length=1, max_length=1024)
+    title: str | None = Field(default=None, max_length=1024)
+    labels: list[str] = Field(default_factory=list, max_length=MAX_LABELS)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    doc_type: DocType = "knowledge"
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_short(cls, labels: list[str]) -> list[str]:
+        if any(not label.strip() or len(label) > MAX_LABEL_CHARS for label in labels):
+            raise ValueError(f"labels must be non-blank and at most {MAX_LABEL_CHARS} characters")
+        return labels
+
+
+class TextDocumentCreate(DocumentFields):
+    text: str = Field(min_length=1)
+
+
+class DocumentOut(BaseModel):
+    id: str
+    knowledge_base_id: str
+    source_id: str
+    title: str
+    filename: str | None
+    media_type: str
+    size_bytes: int
+    sha256: str
+    labels: list[str]
+    metadata: dict[str, Any]
+    doc_type: str
+    status: str
+    version: int
+    indexed_version: int | None
+    chunk_count: int
+    error: str | None
+    attempts: int
+    stage_timings: dict[str, Any]
+    ingest_report: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+    indexed_at: datetime | None
+
+
+class DocumentAccepted(DocumentOut):
+    # True when the upload equals the live version: nothing was queued.
+    unchanged: bool = False
+
+
+class SearchRequest(BaseModel):
+    query: str = Field(min_length=1)
+    knowledge_base_ids: list[str] = Field(min_length=1, max_length=50)
+    top_k: int = Field(default=12, ge=1, le=100)
+
+    @field_validator("query")
+    @classmethod
+    def _query_is_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("query must not be blank")
+        return value
+
+
+class SearchResponse(BaseModel):
+    query: str
+    results: list[SearchHit]
+    took_ms: float

@@ -1,0 +1,312 @@
+"""The api's service layer: handlers call these; these call the database, blob store, queue and retriever."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import PurePath
+
+from celery import Celery
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_core.blobs import BlobStore
+from ragkb_core.contracts import SearchQuery
+from ragkb_core.db.engine import transaction
+from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from ragkb_core.formats import PLAIN_TEXT, detect_media_type
+from ragkb_core.ids import new_id
+from ragkb_core.queue import enqueue_ingest
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_core.settings import LimitSettings
+
+from ragkb_api.schemas import (
+    DocumentAccepted,
+    DocumentFields,
+    DocumentOut,
+    KnowledgeBaseCreate,
+    KnowledgeBaseOut,
+    SearchRequest,
+    SearchResponse,
+)
+
+_log = logging.getLogger("ragkb.api")
+
+
+@dataclass(frozen=True)
+class Upload:
+    """The content of one document upload, already read within the size limit."""
+
+    data: bytes
+    filename: str | None
+    declared_type: str | None
+
+
+class KnowledgeBaseService:
+    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, blobs: BlobStore) -> None:
+        self._sessions = sessions
+        self._retriever = retriever
+        self._blobs = blobs
+
+    def create(self, data: KnowledgeBaseCreate) -> KnowledgeBaseOut:
+        kb_id = new_id()
+        try:
+            with transaction(self._sessions) as session:
+                _ensure_name_free(session, data.name)
+                # Inside the transaction: if the index cannot be created, no KB row is left behind.
+                index = self._retriever.create_kb(kb_id)
+                session.add(
+                    KnowledgeBase(
+                        id=kb_id,
+                        name=data.name,
+                        description=data.description,
+                        embedding_model=index.embedding_model,
+                        analyzer_version=index.analyzer_version,
+                    )
+                )
+        except IntegrityError as exc:
+            # Lost a race for the name after the index was made: remove that empty index again.
+            self._retriever.drop_kb(kb_id)
+            raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
+        return self.get(kb_id)
+
+    def list(self) -> list[KnowledgeBaseOut]:
+        with self._sessions() as session:
+            kbs = session.scalars(select(KnowledgeBase).order_by(KnowledgeBase.created_at)).all()
+            counts = _status_counts(session, [kb.id for kb in kbs])
+            return [_kb_out(kb, counts.get(kb.id, {})) for kb in kbs]
+
+    def get(self, kb_id: str) -> KnowledgeBaseOut:
+        with self._sessions() as session:
+            kb = _load_kb(session, kb_id)
+            return _kb_out(kb, _status_counts(session, [kb_id]).get(kb_id, {}))
+
+    def delete(self, kb_id: str) -> None:
+        with self._sessions() as session:
+            _load_kb(session, kb_id)
+        # Index first: if it fails the KB stays whole and the call can be repeated.
+        self._retriever.drop_kb(kb_id)
+        with transaction(self._sessions) as session:
+            blob_shas = set(session.scalars(select(Document.blob_sha256).where(Document.kb_id == kb_id)))
+            session.execute(Document.__table__.delete().where(Document.kb_id == kb_id))
+            session.execute(KnowledgeBase.__table__.delete().where(KnowledgeBase.id == kb_id))
+        _delete_unreferenced_blobs(self._sessions, self._blobs, blob_shas)
+
+
+class DocumentService:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        blobs: BlobStore,
+        queue: Celery,
+        retriever: RetrieverClient,
+        limits: LimitSettings,
+    ) -> None:
+        self._sessions = sessions
+        self._blobs = blobs
+        self._queue = queue
+        self._retriever = retriever
+        self._limits = limits
+
+    def accept(self, kb_id: str, fields: DocumentFields, upload: Upload) -> DocumentAccepted:
+        """Store the original, record a new version (or recognise an unchanged one), then enqueue."""
+        self._check_size(upload)
+        media_type = detect_media_type(upload.filename, upload.data[:8192], upload.declared_type)
+        with self._sessions() as session:
+            _load_kb(session, kb_id)
+        sha = self._blobs.put(upload.data)
+        document, replaced_blob, changed = self._record_version(kb_id, fields, upload, media_type, sha)
+        if changed:
+            enqueue_ingest(self._queue, document.id)
+        if replaced_blob:
+            _delete_unreferenced_blobs(self._sessions, self._blobs, {replaced_blob})
+        return DocumentAccepted(**_document_out(document).model_dump(), unchanged=not changed)
+
+    def list(self, kb_id: str, status: str | None) -> list[DocumentOut]:
+        with self._sessions() as session:
+            _load_kb(session, kb_id)
+            query = select(Document).where(Document.kb_id == kb_id).order_by(Document.created_at)
+            if status is not None:
+                query = query.where(Document.status == status)
+            return [_document_out(doc) for doc in session.scalars(query)]
+
+    def get(self, kb_id: str, document_id: str) -> DocumentOut:
+        with self._sessions() as session:
+            return _document_out(_load_document(session, kb_id, document_id))
+
+    def delete(self, kb_id: str, document_id: str) -> None:
+        with self._sessions() as session:
+            _load_document(session, kb_id, document_id)
+        # Index first, so that a failure leaves the document listed and the call repeatable.
+        self._retriever.delete_document(kb_id, document_id)
+        with transaction(self._sessions) as session:
+            document = _load_document(session, kb_id, document_id)
+            blob = document.blob_sha256
+            session.delete(document)
+        _delete_unreferenced_blobs(self._sessions, self._blobs, {blob})
+
+    def _check_size(self, upload: Upload) -> None:
+        if len(upload.data) > self._limits.max_upload_bytes:
+            raise PayloadTooLarge(f"the document is larger than {self._limits.max_upload_bytes} bytes")
+        if not upload.data.strip():
+            raise InvalidInput("the document is empty")
+
+    def _record_version(
+        self, kb_id: str, fields: DocumentFields, upload: Upload, media_type: str, sha: str
+    ) -> tuple[Document, str | None, bool]:
+        """Returns the document, the blob it no longer uses (if any) and whether work was queued."""
+        source_id = fields.source_id or upload.filename or sha
+        with transaction(self._sessions) as session:
+            existing = session.scalars(
+                select(Document).where(Document.kb_id == kb_id, Document.source_id == source_id).with_for_update()
+            ).one_or_none()
+            if existing is not None and _is_unchanged(existing, sha, fields):
+                return existing, None, False
+            document, replaced = _upsert_version(session, existing, kb_id, source_id, fields, upload, media_type, sha)
+            session.add(Job(id=new_id(), kind="ingest", kb_id=kb_id, document_id=document.id, status=JobStatus.QUEUED))
+        return document, replaced, True
+
+
+class SearchService:
+    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, limits: LimitSettings) -> None:
+        self._sessions = sessions
+        self._retriever = retriever
+        self._limits = limits
+
+    def search(self, request: SearchRequest) -> SearchResponse:
+        if len(request.query) > self._limits.max_query_chars:
+            raise InvalidInput(f"the query is longer than {self._limits.max_query_chars} characters")
+        kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
+        self._require_kbs(kb_ids)
+        result = self._retriever.search(SearchQuery(query=request.query, knowledge_base_ids=kb_ids, top_k=request.top_k))
+        return SearchResponse(query=request.query, results=result.results, took_ms=result.took_ms)
+
+    def _require_kbs(self, kb_ids: Sequence[str]) -> None:
+        with self._sessions() as session:
+            found = set(session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.id.in_(kb_ids))))
+        missing = [kb_id for kb_id in kb_ids if kb_id not in found]
+        if missing:
+            raise NotFound(f"unknown knowledge base ids: {', '.join(missing)}", missing=missing)
+
+
+def _ensure_name_free(session: Session, name: str) -> None:
+    if session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.name == name)).first():
+        raise Conflict(f"a knowledge base named {name!r} already exists")
+
+
+def _load_kb(session: Session, kb_id: str) -> KnowledgeBase:
+    kb = session.get(KnowledgeBase, kb_id)
+    if kb is None:
+        raise NotFound(f"knowledge base {kb_id} does not exist")
+    return kb
+
+
+def _load_document(session: Session, kb_id: str, document_id: str) -> Document:
+    document = session.get(Document, document_id)
+    if document is None or document.kb_id != kb_id:
+        raise NotFound(f"document {document_id} does not exist in knowledge base {kb_id}")
+    return document
+
+
+def _is_unchanged(document: Document, sha: str, fields: DocumentFields) -> bool:
+    # A failed version is worth another try; anything else with the same bytes needs no work.
+    same_content = document.blob_sha256 == sha and document.status != DocumentStatus.FAILED
+    return same_content and document.labels == fields.labels and document.metadata_ == fields.metadata
+
+
+def _upsert_version(
+    session: Session,
+    existing: Document | None,
+    kb_id: str,
+    source_id: str,
+    fields: DocumentFields,
+    upload: Upload,
+    media_type: str,
+    sha: str,
+) -> tuple[Document, str | None]:
+    document = existing or Document(id=new_id(), kb_id=kb_id, source_id=source_id, version=0)
+    replaced = existing.blob_sha256 if existing is not None and existing.blob_sha256 != sha else None
+    document.title = fields.title or (existing.title if existing else None) or _default_title(source_id, upload)
+    document.filename = upload.filename
+    document.media_type = media_type
+    document.size_bytes = len(upload.data)
+    document.blob_sha256 = sha
+    document.labels = fields.labels
+    document.metadata_ = fields.metadata
+    document.doc_type = fields.doc_type
+    document.version += 1
+    document.status = DocumentStatus.PENDING
+    document.error = None
+    document.attempts = 0
+    document.lease_until = None
+    session.add(document)
+    session.flush()
+    return document, replaced
+
+
+def _default_title(source_id: str, upload: Upload) -> str:
+    name = upload.filename or source_id
+    return PurePath(name).stem or name
+
+
+def _status_counts(session: Session, kb_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    rows = session.execute(
+        select(Document.kb_id, Document.status, func.count())
+        .where(Document.kb_id.in_(kb_ids))
+        .group_by(Document.kb_id, Document.status)
+    )
+    counts: dict[str, dict[str, int]] = {}
+    for kb_id, status, count in rows:
+        counts.setdefault(kb_id, {})[status] = count
+    return counts
+
+
+def _delete_unreferenced_blobs(sessions: sessionmaker[Session], blobs: BlobStore, shas: set[str]) -> None:
+    with sessions() as session:
+        used = set(session.scalars(select(Document.blob_sha256).where(Document.blob_sha256.in_(shas))))
+    for sha in shas - used:
+        blobs.delete(sha)
+
+
+def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
+    all_counts = {status.value: counts.get(status.value, 0) for status in DocumentStatus}
+    return KnowledgeBaseOut(
+        id=kb.id,
+        name=kb.name,
+        description=kb.description,
+        embedding_model=kb.embedding_model,
+        analyzer_version=kb.analyzer_version,
+        document_counts=all_counts,
+        created_at=kb.created_at,
+        updated_at=kb.updated_at,
+    )
+
+
+def _document_out(document: Document) -> DocumentOut:
+    return DocumentOut(
+        id=document.id,
+        knowledge_base_id=document.kb_id,
+        source_id=document.source_id,
+        title=document.title,
+        filename=document.filename,
+        media_type=document.media_type or PLAIN_TEXT,
+        size_bytes=document.size_bytes,
+        sha256=document.blob_sha256,
+        labels=document.labels,
+        metadata=document.metadata_,
+        doc_type=document.doc_type,
+        status=document.status,
+        version=document.version,
+        indexed_version=document.indexed_version,
+        chunk_count=document.chunk_count,
+        error=document.error,
+        attempts=document.attempts,
+        stage_timings=document.stage_timings,
+        ingest_report=document.ingest_report,
+        created_at=document.created_at,
+        updated_at=document.updated_at,
+        indexed_at=document.indexed_at,
+    )

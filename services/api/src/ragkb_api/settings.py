@@ -1,0 +1,26 @@
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings
+
+from ragkb_core.settings import (
+    SERVICE_SETTINGS_CONFIG,
+    BlobSettings,
+    DatabaseSettings,
+    HttpServerSettings,
+    LimitSettings,
+    RedisSettings,
+    RetrieverClientSettings,
+)
+
+
+class ApiSettings(BaseSettings):
+    model_config = SERVICE_SETTINGS_CONFIG
+
+    # Where the api listens (RAGKB_API__HOST, RAGKB_API__PORT).
+    api: HttpServerSettings = Field(default_factory=HttpServerSettings)
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    blobs: BlobSettings = Field(default_factory=BlobSettings)
+    retriever: RetrieverClientSettings = Field(default_factory=RetrieverClientSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)

@@ -1,0 +1,1 @@
+"""ragkb retriever: owns the index (Qdrant Edge in-process, or a Qdrant server) and answers searches."""

@@ -1,0 +1,21 @@
+"""`python -m ragkb_retriever` / `ragkb-retriever`: serve the internal index and search API."""
+
+from __future__ import annotations
+
+import logging
+
+import uvicorn
+
+from ragkb_retriever.app import create_app
+from ragkb_retriever.settings import RetrieverSettings
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s retriever %(levelname)s %(name)s: %(message)s")
+    settings = RetrieverSettings()
+    # One process: Qdrant Edge allows one owner per shard directory.
+    uvicorn.run(create_app(settings), host=settings.retriever.host, port=settings.retriever.port, log_level="info")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""Composition root of the retriever: the only place that names concrete classes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from litestar import Litestar
+from litestar.di import Provide
+
+from ragkb_analyzer import Analyzer, Bm25Encoder
+from ragkb_http import PROBLEM_HANDLERS, health_router
+from ragkb_models import load_embedder
+
+from ragkb_retriever.index import build_index
+from ragkb_retriever.index.port import VectorIndex
+from ragkb_retriever.indexing import IndexService
+from ragkb_retriever.routes import IndexController, SearchController
+from ragkb_retriever.searching import SearchService
+from ragkb_retriever.settings import RetrieverSettings
+
+
+@dataclass(frozen=True)
+class RetrieverServices:
+    index: VectorIndex
+    indexing: IndexService
+    search: SearchService
+
+
+def build_services(settings: RetrieverSettings) -> RetrieverServices:
+    # Heavy models load here, once per process at start-up, never per request.
+    embedder = load_embedder(settings.embedding)
+    bm25 = Bm25Encoder(Analyzer(), settings.analyzer)
+    index = build_index(settings.qdrant)
+    return RetrieverServices(
+        index=index,
+        indexing=IndexService(index, settings.embedding.model, embedder.dimension, bm25.version),
+        search=SearchService(index, embedder, bm25, settings.search),
+    )
+
+
+def create_app(settings: RetrieverSettings) -> Litestar:
+    services = build_services(settings)
+    return Litestar(
+        route_handlers=[health_router({"index": lambda: True}), IndexController, SearchController],
+        dependencies={
+            "index_service": Provide(lambda: services.indexing, sync_to_thread=False),
+            "search_service": Provide(lambda: services.search, sync_to_thread=False),
+        },
+        exception_handlers=PROBLEM_HANDLERS,
+        # Chunk batches of a large document carry 384 floats per chunk: allow generous bodies internally.
+        request_max_body_size=512 * 1024 * 1024,
+        on_shutdown=[services.search.close, services.index.close],
+        logging_config=None,
+    )

@@ -1,0 +1,79 @@
+"""Index writes: one KB = one collection generation behind an alias; one document version = its chunks."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo
+from ragkb_core.errors import InvalidInput, NotFound
+from ragkb_core.ids import point_id
+
+from ragkb_retriever.index.port import IndexPoint, VectorIndex
+
+
+class IndexService:
+    def __init__(self, index: VectorIndex, embedding_model: str, dense_size: int, analyzer_version: str) -> None:
+        self._index = index
+        self._info = {"embedding_model": embedding_model, "dense_size": dense_size, "analyzer_version": analyzer_version}
+
+    def create_kb(self, kb_id: str) -> KbIndexInfo:
+        self._index.create_kb(kb_id, dense_size=int(self._info["dense_size"]))
+        return KbIndexInfo(kb_id=kb_id, **self._info)  # type: ignore[arg-type]
+
+    def drop_kb(self, kb_id: str) -> None:
+        self._index.drop_kb(kb_id)
+
+    def write_document(self, document: DocumentPoints) -> DocumentWriteResult:
+        self._require_kb(document.kb_id)
+        self._check_dimensions(document)
+        points = [_point(document, chunk_index) for chunk_index in range(len(document.chunks))]
+        self._index.upsert(document.kb_id, points)
+        return DocumentWriteResult(written=len(points), deleted_old=0)
+
+    def delete_document(
+        self, kb_id: str, document_id: str, keep_version: int | None, only_version: int | None
+    ) -> None:
+        self._require_kb(kb_id)
+        if keep_version is not None and only_version is not None:
+            raise InvalidInput("give keep_version or only_version, not both")
+        self._index.delete_document(kb_id, document_id, keep_version=keep_version, only_version=only_version)
+
+    def count(self, kb_id: str, document_id: str | None) -> int:
+        self._require_kb(kb_id)
+        return self._index.count(kb_id, document_id=document_id)
+
+    def _require_kb(self, kb_id: str) -> None:
+        if not self._index.kb_exists(kb_id):
+            raise NotFound(f"no index for knowledge base {kb_id}")
+
+    def _check_dimensions(self, document: DocumentPoints) -> None:
+        expected = int(self._info["dense_size"])
+        if any(len(chunk.dense) != expected for chunk in document.chunks):
+            raise InvalidInput(f"dense vectors must have {expected} dimensions")
+
+
+def _point(document: DocumentPoints, index: int) -> IndexPoint:
+    chunk = document.chunks[index]
+    payload: dict[str, Any] = {
+        "kb_id": document.kb_id,
+        "document_id": document.document_id,
+        "source_id": document.source_id,
+        "version": document.version,
+        "ordinal": chunk.ordinal,
+        "text": chunk.text,
+        "title": document.title,
+        "heading_path": chunk.heading_path,
+        "page": chunk.page,
+        "char_start": chunk.char_start,
+        "char_end": chunk.char_end,
+        "labels": document.labels,
+        "doc_type": document.doc_type,
+        "metadata": document.metadata,
+        "analyzer_version": document.analyzer_version,
+    }
+    return IndexPoint(
+        id=point_id(document.kb_id, document.source_id, document.version, chunk.ordinal),
+        dense=chunk.dense,
+        sparse=chunk.sparse,
+        payload=payload,
+    )

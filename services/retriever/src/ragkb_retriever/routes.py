@@ -1,0 +1,60 @@
+"""The retriever's internal API (`/internal/v1`): index writes for the worker, search for the api."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from litestar import Controller, delete, get, post, put
+from litestar.params import Parameter
+
+from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo, SearchQuery, SearchResult
+from ragkb_core.errors import InvalidInput
+from ragkb_core.retriever_client import INTERNAL_PREFIX
+
+from ragkb_retriever.indexing import IndexService
+from ragkb_retriever.searching import SearchService
+
+
+class IndexController(Controller):
+    path = f"{INTERNAL_PREFIX}/kbs"
+    tags = ["index"]
+
+    @put("/{kb_id:str}", sync_to_thread=True, summary="Create a KB's index (idempotent)")
+    def create_kb(self, kb_id: str, index_service: IndexService) -> KbIndexInfo:
+        return index_service.create_kb(kb_id)
+
+    @delete("/{kb_id:str}", status_code=204, sync_to_thread=True, summary="Drop a KB's index, every generation")
+    def drop_kb(self, kb_id: str, index_service: IndexService) -> None:
+        index_service.drop_kb(kb_id)
+
+    @put("/{kb_id:str}/documents/{document_id:str}", sync_to_thread=True, summary="Write a document version's chunks")
+    def write_document(
+        self, kb_id: str, document_id: str, data: DocumentPoints, index_service: IndexService
+    ) -> DocumentWriteResult:
+        if data.kb_id != kb_id or data.document_id != document_id:
+            raise InvalidInput("the body's kb_id and document_id must match the path")
+        return index_service.write_document(data)
+
+    @delete("/{kb_id:str}/documents/{document_id:str}", status_code=204, sync_to_thread=True)
+    def delete_document(
+        self,
+        kb_id: str,
+        document_id: str,
+        index_service: IndexService,
+        keep_version: Annotated[int | None, Parameter(ge=1)] = None,
+        only_version: Annotated[int | None, Parameter(ge=1)] = None,
+    ) -> None:
+        index_service.delete_document(kb_id, document_id, keep_version, only_version)
+
+    @get("/{kb_id:str}/count", sync_to_thread=True, summary="Count a KB's points, optionally of one document")
+    def count(self, kb_id: str, index_service: IndexService, document_id: str | None = None) -> dict[str, int]:
+        return {"count": index_service.count(kb_id, document_id)}
+
+
+class SearchController(Controller):
+    path = f"{INTERNAL_PREFIX}/search"
+    tags = ["search"]
+
+    @post("/", status_code=200, sync_to_thread=True, summary="Search one or more KBs")
+    def search(self, data: SearchQuery, search_service: SearchService) -> SearchResult:
+        return search_service.search(data)

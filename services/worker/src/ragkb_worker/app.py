@@ -1,0 +1,53 @@
+"""Composition root of the worker: the only place that names concrete classes."""
+
+from __future__ import annotations
+
+import functools
+
+from celery import Celery
+from redis import Redis
+
+from ragkb_analyzer import Analyzer, Bm25Encoder
+from ragkb_core.blobs import BlobStore
+from ragkb_core.db.engine import build_engine, build_session_factory
+from ragkb_core.queue import make_celery
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_models import load_embedder
+
+from ragkb_worker.chunking import Chunker
+from ragkb_worker.documents import DocumentLedger
+from ragkb_worker.pipeline import IngestPipeline
+from ragkb_worker.settings import WorkerSettings
+from ragkb_worker.sweeper import Sweeper
+from ragkb_worker.tasks import register_tasks
+
+
+def build_ledger(settings: WorkerSettings) -> DocumentLedger:
+    return DocumentLedger(build_session_factory(build_engine(settings.database)), settings.tasks.lease_s)
+
+
+def build_pipeline(settings: WorkerSettings) -> tuple[DocumentLedger, IngestPipeline]:
+    embedder = load_embedder(settings.embedding)
+    ledger = build_ledger(settings)
+    pipeline = IngestPipeline(
+        ledger=ledger,
+        blobs=BlobStore(settings.blobs.root),
+        chunker=Chunker(embedder, settings.chunking),
+        encoder=embedder,
+        bm25=Bm25Encoder(Analyzer(), settings.analyzer),
+        retriever=RetrieverClient(settings.retriever),
+        limits=settings.limits,
+    )
+    return ledger, pipeline
+
+
+def create_worker_app(settings: WorkerSettings) -> Celery:
+    app = make_celery(settings.redis)
+    # Built on the first task in each worker process (after fork), then reused: models load once per process.
+    runtime = functools.cache(lambda: build_pipeline(settings))
+    register_tasks(app, settings.tasks, runtime)
+    return app
+
+
+def build_sweeper(settings: WorkerSettings, app: Celery) -> Sweeper:
+    return Sweeper(build_ledger(settings), app, Redis.from_url(settings.redis.url), settings.tasks)

@@ -1,0 +1,168 @@
+"""The worker's view of document state in SQL: claim with a lease, renew it, finish or fail — each a
+compare-and-set, so that two workers never both process one version, and a stale one never wins."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import or_, select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_core.db.engine import transaction
+from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, utcnow
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A snapshot of the document version a worker is processing."""
+
+    document_id: str
+    kb_id: str
+    source_id: str
+    version: int
+    title: str
+    media_type: str
+    blob_sha256: str
+    labels: list[str]
+    metadata: dict[str, Any]
+    doc_type: str
+    attempt: int
+
+
+class DocumentLedger:
+    def __init__(self, sessions: sessionmaker[Session], lease_s: int) -> None:
+        self._sessions = sessions
+        self._lease = timedelta(seconds=lease_s)
+
+    def claim(self, document_id: str) -> Claim | None:
+        """Take the document for processing; None when it is done, gone, or held by a live worker."""
+        now = utcnow()
+        with transaction(self._sessions) as session:
+            claimable = or_(
+                Document.status == DocumentStatus.PENDING,
+                (Document.status == DocumentStatus.PROCESSING) & (Document.lease_until < now),
+            )
+            taken = session.execute(
+                update(Document)
+                .where(Document.id == document_id, claimable)
+                .values(
+                    status=DocumentStatus.PROCESSING,
+                    lease_until=now + self._lease,
+                    attempts=Document.attempts + 1,
+                    error=None,
+                )
+            ).rowcount  # type: ignore[attr-defined]
+            if not taken:
+                return None
+            document = session.get_one(Document, document_id)
+            _mark_job(session, document_id, JobStatus.RUNNING)
+            return _claim_of(document)
+
+    def renew(self, claim: Claim) -> bool:
+        """Extend the lease; False when the version changed or the document is gone (stop working on it)."""
+        with transaction(self._sessions) as session:
+            renewed = session.execute(
+                update(Document)
+                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .values(lease_until=utcnow() + self._lease)
+            ).rowcount  # type: ignore[attr-defined]
+        return bool(renewed)
+
+    def finish(self, claim: Claim, chunk_count: int, timings: dict[str, float], report: dict[str, Any]) -> bool:
+        """Mark the claimed version live. False when a newer version arrived meanwhile (this one is stale)."""
+        with transaction(self._sessions) as session:
+            finished = session.execute(
+                update(Document)
+                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .values(
+                    status=DocumentStatus.DONE,
+                    indexed_version=claim.version,
+                    chunk_count=chunk_count,
+                    stage_timings=timings,
+                    ingest_report=report,
+                    lease_until=None,
+                    indexed_at=utcnow(),
+                )
+            ).rowcount  # type: ignore[attr-defined]
+            if finished:
+                _mark_job(session, claim.document_id, JobStatus.SUCCEEDED)
+        return bool(finished)
+
+    def fail(self, claim: Claim, reason: str) -> None:
+        with transaction(self._sessions) as session:
+            session.execute(
+                update(Document)
+                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .values(status=DocumentStatus.FAILED, error=reason, lease_until=None)
+            )
+            _mark_job(session, claim.document_id, JobStatus.FAILED, error=reason)
+
+    def release_for_retry(self, claim: Claim, reason: str) -> None:
+        """Hand the document back to the queue after a transient error (the retry re-claims it)."""
+        with transaction(self._sessions) as session:
+            session.execute(
+                update(Document)
+                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .values(status=DocumentStatus.PENDING, error=f"retrying: {reason}", lease_until=None)
+            )
+
+    def exists(self, document_id: str) -> bool:
+        with self._sessions() as session:
+            return session.get(Document, document_id) is not None
+
+    def release_expired_leases(self) -> list[str]:
+        """Documents whose worker died mid-way (lease run out) go back to pending; returns their ids."""
+        now = utcnow()
+        with transaction(self._sessions) as session:
+            expired = (Document.status == DocumentStatus.PROCESSING) & (Document.lease_until < now)
+            ids = list(session.scalars(select(Document.id).where(expired).limit(500)))
+            if ids:
+                session.execute(
+                    update(Document)
+                    .where(Document.id.in_(ids), expired)
+                    .values(status=DocumentStatus.PENDING, lease_until=None, updated_at=now)
+                )
+            return ids
+
+    def pending_older_than(self, age: timedelta) -> list[str]:
+        """Pending documents untouched for `age`: their queue message may have been lost."""
+        with self._sessions() as session:
+            query = select(Document.id).where(
+                Document.status == DocumentStatus.PENDING, Document.updated_at < utcnow() - age
+            )
+            return list(session.scalars(query.limit(500)))
+
+
+def _claim_of(document: Document) -> Claim:
+    return Claim(
+        document_id=document.id,
+        kb_id=document.kb_id,
+        source_id=document.source_id,
+        version=document.version,
+        title=document.title,
+        media_type=document.media_type,
+        blob_sha256=document.blob_sha256,
+        labels=list(document.labels),
+        metadata=dict(document.metadata_),
+        doc_type=document.doc_type,
+        attempt=document.attempts,
+    )
+
+
+def _mark_job(session: Session, document_id: str, status: JobStatus, error: str | None = None) -> None:
+    """Update the newest ingest job of the document, which records this run for operators."""
+    job = session.scalars(
+        select(Job).where(Job.document_id == document_id, Job.kind == "ingest").order_by(Job.created_at.desc())
+    ).first()
+    if job is None:
+        return
+    now: datetime = utcnow()
+    job.status = status
+    if status == JobStatus.RUNNING:
+        job.started_at = job.started_at or now
+    else:
+        job.finished_at = now
+    if error:
+        job.errors = [*job.errors, error]

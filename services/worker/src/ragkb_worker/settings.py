@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+from pydantic_settings import BaseSettings
+
+from ragkb_core.settings import (
+    SERVICE_SETTINGS_CONFIG,
+    AnalyzerSettings,
+    BlobSettings,
+    ChunkingSettings,
+    DatabaseSettings,
+    EmbeddingSettings,
+    LimitSettings,
+    RedisSettings,
+    RetrieverClientSettings,
+)
+
+
+class TaskSettings(BaseModel):
+    soft_time_limit_s: int = Field(default=900, ge=1)
+    hard_time_limit_s: int = Field(default=960, ge=1)
+    max_retries: int = Field(default=5, ge=0)
+    # A claimed document is held this long and the claim renewed at every stage; a worker that dies
+    # stops renewing, and the sweeper re-queues the document once the lease has run out.
+    lease_s: int = Field(default=120, ge=5)
+    sweep_interval_s: int = Field(default=30, ge=1)
+    # A pending document older than this without a claim lost its queue message: queue it again.
+    pending_requeue_after_s: int = Field(default=300, ge=1)
+    concurrency: int = Field(default=1, ge=1)
+
+
+class WorkerSettings(BaseSettings):
+    model_config = SERVICE_SETTINGS_CONFIG
+
+    database: DatabaseSettings = Field(default_factory=DatabaseSettings)
+    redis: RedisSettings = Field(default_factory=RedisSettings)
+    blobs: BlobSettings = Field(default_factory=BlobSettings)
+    retriever: RetrieverClientSettings = Field(default_factory=RetrieverClientSettings)
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
+    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
+    analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    tasks: TaskSettings = Field(default_factory=TaskSettings)

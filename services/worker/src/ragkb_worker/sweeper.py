@@ -1,0 +1,57 @@
+"""Self-healing: re-queue documents whose worker died or whose queue message was lost."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+from celery import Celery
+from redis import Redis
+
+from ragkb_core.queue import INGEST_QUEUE, enqueue_ingest
+
+from ragkb_worker.documents import DocumentLedger
+from ragkb_worker.settings import TaskSettings
+
+_log = logging.getLogger("ragkb.worker.sweeper")
+
+
+class Sweeper:
+    def __init__(self, ledger: DocumentLedger, queue: Celery, redis: Redis, settings: TaskSettings) -> None:
+        self._ledger = ledger
+        self._queue = queue
+        self._redis = redis
+        self._settings = settings
+        self._stop = threading.Event()
+
+    def sweep_once(self) -> list[str]:
+        requeued = self._ledger.release_expired_leases()
+        # Pending documents are re-sent only when the queue is empty: otherwise their message is most
+        # likely still waiting in it, and a duplicate would only be skipped later.
+        if self._queue_is_empty():
+            requeued += self._ledger.pending_older_than(timedelta(seconds=self._settings.pending_requeue_after_s))
+        for document_id in dict.fromkeys(requeued):
+            enqueue_ingest(self._queue, document_id)
+        if requeued:
+            _log.info("re-queued %d documents: %s", len(requeued), ", ".join(requeued[:10]))
+        return requeued
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self._loop, name="ragkb-sweeper", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sweep_once()
+            except Exception:  # the sweeper must outlive a database or broker hiccup
+                _log.exception("sweep failed; will try again")
+            self._stop.wait(self._settings.sweep_interval_s)
+
+    def _queue_is_empty(self) -> bool:
+        return int(self._redis.llen(INGEST_QUEUE)) == 0  # type: ignore[arg-type]

@@ -1,0 +1,77 @@
+"""Celery tasks: thin wrappers that take ids. Errors map to retry-or-fail here and nowhere else."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from celery import Celery, Task
+from celery.exceptions import SoftTimeLimitExceeded
+
+from ragkb_core.errors import RagkbError
+from ragkb_core.queue import INGEST_DOCUMENT
+
+from ragkb_worker.documents import Claim, DocumentLedger
+from ragkb_worker.pipeline import IngestPipeline
+from ragkb_worker.settings import TaskSettings
+
+_log = logging.getLogger("ragkb.worker")
+# Backoff between retries of a transient failure: 5 s, 10 s, 20 s … capped at 5 minutes.
+_BACKOFF_BASE_S = 5
+_BACKOFF_CAP_S = 300
+
+
+def register_tasks(app: Celery, settings: TaskSettings, runtime: Callable[[], tuple[DocumentLedger, IngestPipeline]]) -> None:
+    """`runtime` builds (once per process, lazily) the ledger and pipeline: models load in the child process."""
+
+    @app.task(
+        name=INGEST_DOCUMENT,
+        bind=True,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        soft_time_limit=settings.soft_time_limit_s,
+        time_limit=settings.hard_time_limit_s,
+        max_retries=settings.max_retries,
+    )
+    def ingest_document(self: Task, document_id: str) -> dict[str, Any]:
+        ledger, pipeline = runtime()
+        return run_ingest(self, ledger, pipeline, document_id, settings.max_retries)
+
+
+def run_ingest(task: Task, ledger: DocumentLedger, pipeline: IngestPipeline, document_id: str, max_retries: int) -> dict[str, Any]:
+    claim = ledger.claim(document_id)
+    if claim is None:
+        return {"document_id": document_id, "status": "skipped"}
+    try:
+        outcome = pipeline.run(claim)
+    except Exception as exc:  # every failure ends in exactly one of: retry, or failed with a reason
+        return _handle_failure(task, ledger, claim, exc, max_retries)
+    _log.info("document %s v%d: %s (%d chunks)", document_id, claim.version, outcome.status, outcome.chunks)
+    return {"document_id": document_id, "status": outcome.status, "chunks": outcome.chunks}
+
+
+def _handle_failure(task: Task, ledger: DocumentLedger, claim: Claim, exc: Exception, max_retries: int) -> dict[str, Any]:
+    reason = _reason(exc)
+    retries = task.request.retries or 0
+    if _is_transient(exc) and retries < max_retries:
+        _log.warning("document %s: transient failure, retry %d: %s", claim.document_id, retries + 1, reason)
+        ledger.release_for_retry(claim, reason)
+        raise task.retry(exc=exc, countdown=min(_BACKOFF_BASE_S * 2**retries, _BACKOFF_CAP_S))
+    _log.warning("document %s v%d failed: %s", claim.document_id, claim.version, reason)
+    ledger.fail(claim, reason)
+    return {"document_id": claim.document_id, "status": "failed", "error": reason}
+
+
+def _is_transient(exc: Exception) -> bool:
+    return isinstance(exc, RagkbError) and exc.transient
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, RagkbError):
+        return exc.detail
+    if isinstance(exc, SoftTimeLimitExceeded):
+        return "processing took longer than the task time limit"
+    # Unexpected errors: name the kind without leaking internals; the log has the traceback.
+    logging.getLogger("ragkb.worker").exception("unexpected ingest error", exc_info=exc)
+    return f"internal error while ingesting ({type(exc).__name__})"

@@ -1,0 +1,158 @@
+"""The metadata store and the worker's claim/lease/finish protocol, on SQLite and on PostgreSQL."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from sqlalchemy import delete, inspect, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
+from ragkb_core.db.models import Document, DocumentStatus, Job, KnowledgeBase, utcnow
+from ragkb_core.ids import new_id
+from ragkb_core.settings import DatabaseSettings
+from ragkb_worker.documents import DocumentLedger
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
+    engine = build_engine(DatabaseSettings(url=database_url))
+    migrate_to_head(engine)
+    factory = build_session_factory(engine)
+    yield factory
+    with transaction(factory) as session:  # PostgreSQL's database is shared by the session's tests
+        session.execute(delete(Job))
+        session.execute(delete(Document))
+        session.execute(delete(KnowledgeBase))
+    engine.dispose()
+
+
+def add_kb(sessions: sessionmaker[Session]) -> str:
+    kb_id = new_id()
+    with transaction(sessions) as session:
+        session.add(KnowledgeBase(id=kb_id, name=f"kb-{kb_id}", embedding_model="m", analyzer_version="a"))
+    return kb_id
+
+
+def add_document(sessions: sessionmaker[Session], kb_id: str, source_id: str = "a.md") -> str:
+    document_id = new_id()
+    with transaction(sessions) as session:
+        session.add(
+            Document(
+                id=document_id, kb_id=kb_id, source_id=source_id, title="A", media_type="text/markdown",
+                size_bytes=3, blob_sha256="0" * 64, labels=["hr"], metadata_={"lang": "ja"}, version=1,
+            )
+        )
+    return document_id
+
+
+def test_migrations_create_every_table_and_run_twice(database_url: str) -> None:
+    engine = build_engine(DatabaseSettings(url=database_url))
+    migrate_to_head(engine)
+    migrate_to_head(engine)
+    assert {"knowledge_bases", "documents", "jobs", "alembic_version"} <= set(inspect(engine).get_table_names())
+    engine.dispose()
+
+
+def test_json_fields_round_trip(sessions: sessionmaker[Session]) -> None:
+    document_id = add_document(sessions, add_kb(sessions))
+    with sessions() as session:
+        document = session.get_one(Document, document_id)
+        assert document.labels == ["hr"]
+        assert document.metadata_ == {"lang": "ja"}
+        assert document.status == DocumentStatus.PENDING
+
+
+def test_source_id_is_unique_within_a_kb_only(sessions: sessionmaker[Session]) -> None:
+    kb_a, kb_b = add_kb(sessions), add_kb(sessions)
+    add_document(sessions, kb_a, "same.md")
+    add_document(sessions, kb_b, "same.md")
+    with pytest.raises(IntegrityError):
+        add_document(sessions, kb_a, "same.md")
+
+
+def test_deleting_a_kb_cascades_to_its_documents(sessions: sessionmaker[Session]) -> None:
+    kb_id = add_kb(sessions)
+    add_document(sessions, kb_id)
+    with transaction(sessions) as session:
+        session.delete(session.get_one(KnowledgeBase, kb_id))
+    with sessions() as session:
+        assert session.scalars(select(Document).where(Document.kb_id == kb_id)).all() == []
+
+
+def test_a_document_is_claimed_once(sessions: sessionmaker[Session]) -> None:
+    document_id = add_document(sessions, add_kb(sessions))
+    ledger = DocumentLedger(sessions, lease_s=60)
+    claim = ledger.claim(document_id)
+    assert claim is not None and claim.version == 1 and claim.attempt == 1
+    assert ledger.claim(document_id) is None
+
+
+def test_an_expired_lease_can_be_taken_over(sessions: sessionmaker[Session]) -> None:
+    document_id = add_document(sessions, add_kb(sessions))
+    ledger = DocumentLedger(sessions, lease_s=60)
+    assert ledger.claim(document_id) is not None
+    expire_lease(sessions, document_id)
+    assert ledger.release_expired_leases() == [document_id]
+    second = ledger.claim(document_id)
+    assert second is not None and second.attempt == 2
+
+
+def test_finish_of_a_superseded_version_is_refused(sessions: sessionmaker[Session]) -> None:
+    document_id = add_document(sessions, add_kb(sessions))
+    ledger = DocumentLedger(sessions, lease_s=60)
+    claim = ledger.claim(document_id)
+    assert claim is not None
+    with transaction(sessions) as session:
+        session.execute(update(Document).where(Document.id == document_id).values(version=2))
+    assert ledger.finish(claim, 3, {}, {}) is False
+    assert ledger.renew(claim) is False
+    with sessions() as session:
+        assert session.get_one(Document, document_id).indexed_version is None
+
+
+def test_finish_makes_the_version_live(sessions: sessionmaker[Session]) -> None:
+    document_id = add_document(sessions, add_kb(sessions))
+    ledger = DocumentLedger(sessions, lease_s=60)
+    claim = ledger.claim(document_id)
+    assert claim is not None
+    assert ledger.finish(claim, 7, {"embed": 0.5}, {"chunks": 7})
+    with sessions() as session:
+        document = session.get_one(Document, document_id)
+        assert (document.status, document.indexed_version, document.chunk_count) == ("done", 1, 7)
+        assert document.stage_timings == {"embed": 0.5}
+        assert ledger.claim(document_id) is None
+
+
+def test_failure_records_the_reason(sessions: sessionmaker[Session]) -> None:
+    document_id = add_document(sessions, add_kb(sessions))
+    ledger = DocumentLedger(sessions, lease_s=60)
+    claim = ledger.claim(document_id)
+    assert claim is not None
+    ledger.fail(claim, "the text cannot be decoded")
+    with sessions() as session:
+        document = session.get_one(Document, document_id)
+        assert (document.status, document.error) == ("failed", "the text cannot be decoded")
+
+
+def test_pending_documents_past_their_age_are_found(sessions: sessionmaker[Session]) -> None:
+    document_id = add_document(sessions, add_kb(sessions))
+    with transaction(sessions) as session:
+        session.execute(
+            update(Document).where(Document.id == document_id).values(updated_at=utcnow() - timedelta(hours=1))
+        )
+    ledger = DocumentLedger(sessions, lease_s=60)
+    assert ledger.pending_older_than(timedelta(minutes=5)) == [document_id]
+    assert ledger.pending_older_than(timedelta(hours=2)) == []
+
+
+def expire_lease(sessions: sessionmaker[Session], document_id: str) -> None:
+    with transaction(sessions) as session:
+        session.execute(
+            update(Document).where(Document.id == document_id).values(lease_until=utcnow() - timedelta(seconds=1))
+        )
