@@ -25,10 +25,10 @@ class Service:
     ready_url: str | None
 
 
-def _services(api_port: int, retriever_port: int) -> list[Service]:
+def _services(api_port: int, retriever_port: int, worker_port: int) -> list[Service]:
     return [
         Service("retriever", "ragkb_retriever", f"http://127.0.0.1:{retriever_port}/ready"),
-        Service("worker", "ragkb_worker", None),
+        Service("worker", "ragkb_worker", f"http://127.0.0.1:{worker_port}/ready"),
         Service("api", "ragkb_api", f"http://127.0.0.1:{api_port}/ready"),
     ]
 
@@ -82,13 +82,14 @@ def main() -> int:
     env = dict(os.environ)
     api_port = int(env.setdefault("RAGKB_API__PORT", "8000"))
     retriever_port = int(env.setdefault("RAGKB_RETRIEVER__PORT", "8001"))
+    worker_port = int(env.setdefault("RAGKB_WORKER__PORT", "8002"))
     env.setdefault("RAGKB_RETRIEVER__URL", f"http://127.0.0.1:{retriever_port}")
     processes: list[subprocess.Popen[bytes]] = []
     # Ctrl-C and SIGTERM both end in the `finally` below, which stops every child.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         _prepare(env)
-        for service in _services(api_port, retriever_port):
+        for service in _services(api_port, retriever_port, worker_port):
             process = subprocess.Popen([sys.executable, "-m", service.module], env=env)
             processes.append(process)
             if service.ready_url:
@@ -96,7 +97,8 @@ def main() -> int:
         print(
             f"\nragkb is up:\n  API        http://127.0.0.1:{api_port}\n"
             f"  OpenAPI    http://127.0.0.1:{api_port}/schema/swagger\n"
-            f"  retriever  http://127.0.0.1:{retriever_port} (internal)\nPress Ctrl-C to stop.\n",
+            f"  retriever  http://127.0.0.1:{retriever_port} (internal)\n"
+            f"  worker     http://127.0.0.1:{worker_port}/ready (health only)\nPress Ctrl-C to stop.\n",
             flush=True,
         )
         return _supervise(processes)

@@ -44,8 +44,16 @@ def add_document(sessions: sessionmaker[Session], kb_id: str, source_id: str = "
     with transaction(sessions) as session:
         session.add(
             Document(
-                id=document_id, kb_id=kb_id, source_id=source_id, title="A", media_type="text/markdown",
-                size_bytes=3, blob_sha256="0" * 64, labels=["hr"], metadata_={"lang": "ja"}, version=1,
+                id=document_id,
+                kb_id=kb_id,
+                source_id=source_id,
+                title="A",
+                media_type="text/markdown",
+                size_bytes=3,
+                blob_sha256="0" * 64,
+                labels=["hr"],
+                metadata_={"lang": "ja"},
+                version=1,
             )
         )
     return document_id

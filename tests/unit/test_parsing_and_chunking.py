@@ -8,10 +8,10 @@ import re
 import pytest
 
 from ragkb_core.errors import ParseFailed
+from ragkb_core.formats import MARKDOWN, PLAIN_TEXT
 from ragkb_core.settings import ChunkingSettings
 from ragkb_worker.chunking import Chunker
 from ragkb_worker.parsing import decode_text, markdown_sections, parse, parse_markdown
-from ragkb_core.formats import MARKDOWN, PLAIN_TEXT
 
 
 class WordTokenizer:
@@ -43,7 +43,7 @@ def test_headings_inside_code_fences_are_not_headings() -> None:
 
 
 def test_heading_only_sections_produce_no_chunk() -> None:
-    document = parse_markdown("# Title\n## Empty section\n## Filled\nsome words here\n".encode())
+    document = parse_markdown(b"# Title\n## Empty section\n## Filled\nsome words here\n")
     chunks, _ = chunker().chunk(document)
     assert [(c.heading_path, c.text) for c in chunks] == [(("Title", "Filled"), "some words here")]
 
@@ -96,7 +96,7 @@ class CharTokenizer:
 
 
 def test_symbol_only_text_is_dropped_and_counted() -> None:
-    document = parse(MARKDOWN, "# A\n\n---\n\n# B\nreal text\n".encode())
+    document = parse(MARKDOWN, b"# A\n\n---\n\n# B\nreal text\n")
     chunks, report = chunker().chunk(document)
     assert [c.text for c in chunks] == ["real text"]
     assert report.dropped["empty"] == 1

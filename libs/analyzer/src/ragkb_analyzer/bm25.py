@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections import Counter
 
+from ragkb_analyzer.analyzer import Analyzer, term_id
 from ragkb_core.contracts import SparseTerms
 from ragkb_core.settings import AnalyzerSettings
-
-from ragkb_analyzer.analyzer import Analyzer, term_id
 
 
 class Bm25Encoder:

@@ -57,8 +57,15 @@ def _unexpected_error(request: Request[Any, Any, Any], exc: Exception) -> Respon
 
 
 def _title_for(status: int) -> str:
-    titles = {400: "Bad request", 401: "Unauthorized", 403: "Forbidden", 405: "Method not allowed",
-              413: "Payload too large", 415: "Unsupported media type", 429: "Too many requests"}
+    titles = {
+        400: "Bad request",
+        401: "Unauthorized",
+        403: "Forbidden",
+        405: "Method not allowed",
+        413: "Payload too large",
+        415: "Unsupported media type",
+        429: "Too many requests",
+    }
     return titles.get(status, "Request failed" if status < 500 else "Internal error")
 
 

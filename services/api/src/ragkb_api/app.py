@@ -11,17 +11,16 @@ from litestar.openapi import OpenAPIConfig
 from redis import Redis
 from sqlalchemy import Engine, text
 
-from ragkb_core.blobs import BlobStore
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
-from ragkb_core.queue import make_celery
-from ragkb_core.retriever_client import RetrieverClient
-from ragkb_http import PROBLEM_HANDLERS, health_router
-
 from ragkb_api.routes.documents import DocumentController
 from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
 from ragkb_api.routes.search import SearchController
 from ragkb_api.services import DocumentService, KnowledgeBaseService, SearchService
 from ragkb_api.settings import ApiSettings
+from ragkb_core.blobs import BlobStore
+from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
+from ragkb_core.queue import make_celery
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_http import PROBLEM_HANDLERS, health_router
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
@@ -81,5 +80,3 @@ def _database_answers(engine: Engine) -> bool:
     with engine.connect() as connection:
         connection.execute(text("SELECT 1"))
     return True
-
-

@@ -8,20 +8,9 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from celery import Celery
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
-
-from ragkb_core.blobs import BlobStore
-from ragkb_core.contracts import SearchQuery
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase
-from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
-from ragkb_core.formats import PLAIN_TEXT, detect_media_type
-from ragkb_core.ids import new_id
-from ragkb_core.queue import enqueue_ingest
-from ragkb_core.retriever_client import RetrieverClient
-from ragkb_core.settings import LimitSettings
 
 from ragkb_api.schemas import (
     DocumentAccepted,
@@ -32,6 +21,16 @@ from ragkb_api.schemas import (
     SearchRequest,
     SearchResponse,
 )
+from ragkb_core.blobs import BlobStore
+from ragkb_core.contracts import SearchQuery
+from ragkb_core.db.engine import transaction
+from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from ragkb_core.formats import PLAIN_TEXT, detect_media_type
+from ragkb_core.ids import new_id
+from ragkb_core.queue import enqueue_ingest
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_core.settings import LimitSettings
 
 _log = logging.getLogger("ragkb.api")
 
@@ -91,8 +90,8 @@ class KnowledgeBaseService:
         self._retriever.drop_kb(kb_id)
         with transaction(self._sessions) as session:
             blob_shas = set(session.scalars(select(Document.blob_sha256).where(Document.kb_id == kb_id)))
-            session.execute(Document.__table__.delete().where(Document.kb_id == kb_id))
-            session.execute(KnowledgeBase.__table__.delete().where(KnowledgeBase.id == kb_id))
+            session.execute(delete(Document).where(Document.kb_id == kb_id))
+            session.execute(delete(KnowledgeBase).where(KnowledgeBase.id == kb_id))
         _delete_unreferenced_blobs(self._sessions, self._blobs, blob_shas)
 
 
@@ -165,7 +164,16 @@ class DocumentService:
             ).one_or_none()
             if existing is not None and _is_unchanged(existing, sha, fields):
                 return existing, None, False
-            document, replaced = _upsert_version(session, existing, kb_id, source_id, fields, upload, media_type, sha)
+            document, replaced = _upsert_version(
+                session,
+                existing=existing,
+                kb_id=kb_id,
+                source_id=source_id,
+                fields=fields,
+                upload=upload,
+                media_type=media_type,
+                sha=sha,
+            )
             session.add(Job(id=new_id(), kind="ingest", kb_id=kb_id, document_id=document.id, status=JobStatus.QUEUED))
         return document, replaced, True
 
@@ -181,7 +189,9 @@ class SearchService:
             raise InvalidInput(f"the query is longer than {self._limits.max_query_chars} characters")
         kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
         self._require_kbs(kb_ids)
-        result = self._retriever.search(SearchQuery(query=request.query, knowledge_base_ids=kb_ids, top_k=request.top_k))
+        result = self._retriever.search(
+            SearchQuery(query=request.query, knowledge_base_ids=kb_ids, top_k=request.top_k)
+        )
         return SearchResponse(query=request.query, results=result.results, took_ms=result.took_ms)
 
     def _require_kbs(self, kb_ids: Sequence[str]) -> None:
@@ -219,6 +229,7 @@ def _is_unchanged(document: Document, sha: str, fields: DocumentFields) -> bool:
 
 def _upsert_version(
     session: Session,
+    *,
     existing: Document | None,
     kb_id: str,
     source_id: str,

@@ -7,18 +7,24 @@ from typing import Any
 from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo
 from ragkb_core.errors import InvalidInput, NotFound
 from ragkb_core.ids import point_id
-
 from ragkb_retriever.index.port import IndexPoint, VectorIndex
 
 
 class IndexService:
     def __init__(self, index: VectorIndex, embedding_model: str, dense_size: int, analyzer_version: str) -> None:
         self._index = index
-        self._info = {"embedding_model": embedding_model, "dense_size": dense_size, "analyzer_version": analyzer_version}
+        self._embedding_model = embedding_model
+        self._dense_size = dense_size
+        self._analyzer_version = analyzer_version
 
     def create_kb(self, kb_id: str) -> KbIndexInfo:
-        self._index.create_kb(kb_id, dense_size=int(self._info["dense_size"]))
-        return KbIndexInfo(kb_id=kb_id, **self._info)  # type: ignore[arg-type]
+        self._index.create_kb(kb_id, dense_size=self._dense_size)
+        return KbIndexInfo(
+            kb_id=kb_id,
+            embedding_model=self._embedding_model,
+            dense_size=self._dense_size,
+            analyzer_version=self._analyzer_version,
+        )
 
     def drop_kb(self, kb_id: str) -> None:
         self._index.drop_kb(kb_id)
@@ -30,9 +36,7 @@ class IndexService:
         self._index.upsert(document.kb_id, points)
         return DocumentWriteResult(written=len(points), deleted_old=0)
 
-    def delete_document(
-        self, kb_id: str, document_id: str, keep_version: int | None, only_version: int | None
-    ) -> None:
+    def delete_document(self, kb_id: str, document_id: str, keep_version: int | None, only_version: int | None) -> None:
         self._require_kb(kb_id)
         if keep_version is not None and only_version is not None:
             raise InvalidInput("give keep_version or only_version, not both")
@@ -47,9 +51,8 @@ class IndexService:
             raise NotFound(f"no index for knowledge base {kb_id}")
 
     def _check_dimensions(self, document: DocumentPoints) -> None:
-        expected = int(self._info["dense_size"])
-        if any(len(chunk.dense) != expected for chunk in document.chunks):
-            raise InvalidInput(f"dense vectors must have {expected} dimensions")
+        if any(len(chunk.dense) != self._dense_size for chunk in document.chunks):
+            raise InvalidInput(f"dense vectors must have {self._dense_size} dimensions")
 
 
 def _point(document: DocumentPoints, index: int) -> IndexPoint:

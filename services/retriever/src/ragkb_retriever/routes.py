@@ -10,7 +10,6 @@ from litestar.params import Parameter
 from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo, SearchQuery, SearchResult
 from ragkb_core.errors import InvalidInput
 from ragkb_core.retriever_client import INTERNAL_PREFIX
-
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.searching import SearchService
 

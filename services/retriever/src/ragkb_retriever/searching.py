@@ -9,7 +9,6 @@ from typing import Any, Protocol
 
 from ragkb_analyzer import Bm25Encoder
 from ragkb_core.contracts import SearchHit, SearchQuery, SearchResult, SparseTerms
-
 from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex
 from ragkb_retriever.settings import SearchSettings
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import logging
 
 from ragkb_core.queue import INGEST_QUEUE
-
-from ragkb_worker.app import build_sweeper, create_worker_app
+from ragkb_worker.app import build_sweeper, create_worker_app, start_health
 from ragkb_worker.settings import WorkerSettings
 
 
@@ -14,6 +13,7 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(name)s: %(message)s")
     settings = WorkerSettings()
     app = create_worker_app(settings)
+    start_health(settings)
     sweeper = build_sweeper(settings, app)
     sweeper.start()
     try:

@@ -6,6 +6,7 @@ import functools
 
 from celery import Celery
 from redis import Redis
+from sqlalchemy import Engine, text
 
 from ragkb_analyzer import Analyzer, Bm25Encoder
 from ragkb_core.blobs import BlobStore
@@ -13,9 +14,9 @@ from ragkb_core.db.engine import build_engine, build_session_factory
 from ragkb_core.queue import make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_models import load_embedder
-
 from ragkb_worker.chunking import Chunker
 from ragkb_worker.documents import DocumentLedger
+from ragkb_worker.health import start_health_server
 from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.settings import WorkerSettings
 from ragkb_worker.sweeper import Sweeper
@@ -51,3 +52,21 @@ def create_worker_app(settings: WorkerSettings) -> Celery:
 
 def build_sweeper(settings: WorkerSettings, app: Celery) -> Sweeper:
     return Sweeper(build_ledger(settings), app, Redis.from_url(settings.redis.url), settings.tasks)
+
+
+def start_health(settings: WorkerSettings) -> None:
+    engine = build_engine(settings.database)
+    redis = Redis.from_url(settings.redis.url, socket_timeout=2)
+    retriever = RetrieverClient(settings.retriever)
+    checks = {
+        "database": lambda: _database_answers(engine),
+        "redis": lambda: bool(redis.ping()),
+        "retriever": retriever.ready,
+    }
+    start_health_server(settings.worker.host, settings.worker.port, checks)
+
+
+def _database_answers(engine: Engine) -> bool:
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+    return True

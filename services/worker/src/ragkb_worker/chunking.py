@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ragkb_core.settings import ChunkingSettings
-
 from ragkb_worker.parsing import ParsedDocument, Section
 
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")

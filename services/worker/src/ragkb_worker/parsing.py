@@ -88,7 +88,7 @@ def markdown_sections(text: str) -> list[Section]:
 
 def _headings_outside_fences(text: str) -> list[re.Match[str]]:
     fences = [m.start() for m in _FENCE.finditer(text)]
-    fenced = list(zip(fences[0::2], fences[1::2] + [len(text)], strict=False))
+    fenced = list(zip(fences[0::2], [*fences[1::2], len(text)], strict=False))
     return [m for m in _ATX_HEADING.finditer(text) if not any(a <= m.start() < b for a, b in fenced)]
 
 

@@ -18,7 +18,6 @@ from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
 from ragkb_core.errors import ParseFailed, PayloadTooLarge
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
-
 from ragkb_worker.chunking import Chunk, Chunker
 from ragkb_worker.documents import Claim, DocumentLedger
 from ragkb_worker.parsing import parse
@@ -55,6 +54,7 @@ class StageClock:
 class IngestPipeline:
     def __init__(
         self,
+        *,
         ledger: DocumentLedger,
         blobs: BlobStore,
         chunker: Chunker,
@@ -76,7 +76,7 @@ class IngestPipeline:
         chunks, report = self._prepare(claim, clock)
         self._ledger.renew(claim)
         with clock.stage("embed"):
-            embed_texts = [_embedding_text(claim.title, chunk) for chunk in chunks]
+            embed_texts = [embedding_text(claim.title, chunk) for chunk in chunks]
             dense = self._encoder.embed_passages(embed_texts)
             sparse = [self._bm25.encode_document(text) for text in embed_texts]
         if not self._ledger.renew(claim):
@@ -112,7 +112,7 @@ class IngestPipeline:
         return IngestOutcome(claim.document_id, "superseded")
 
 
-def _embedding_text(title: str, chunk: Chunk) -> str:
+def embedding_text(title: str, chunk: Chunk) -> str:
     """What is embedded and keyword-indexed: a short typed prefix for context, then the verbatim chunk."""
     context = " > ".join((title, *chunk.heading_path))
     return f"{context}\n{chunk.text}"
@@ -128,7 +128,7 @@ def _document_points(
         version=claim.version,
         title=claim.title,
         labels=claim.labels,
-        doc_type=claim.doc_type,  # type: ignore[arg-type]
+        doc_type=claim.doc_type,
         metadata=claim.metadata,
         analyzer_version=analyzer_version,
         chunks=[

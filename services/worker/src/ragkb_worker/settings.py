@@ -5,6 +5,7 @@ from pydantic_settings import BaseSettings
 
 from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
+    HttpServerSettings,
     AnalyzerSettings,
     BlobSettings,
     ChunkingSettings,
@@ -32,6 +33,8 @@ class TaskSettings(BaseModel):
 class WorkerSettings(BaseSettings):
     model_config = SERVICE_SETTINGS_CONFIG
 
+    # The worker's health server (RAGKB_WORKER__HOST, RAGKB_WORKER__PORT): GET /health and /ready.
+    worker: HttpServerSettings = Field(default_factory=lambda: HttpServerSettings(port=8002))
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     redis: RedisSettings = Field(default_factory=RedisSettings)
     blobs: BlobSettings = Field(default_factory=BlobSettings)

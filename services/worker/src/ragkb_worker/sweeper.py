@@ -10,7 +10,6 @@ from celery import Celery
 from redis import Redis
 
 from ragkb_core.queue import INGEST_QUEUE, enqueue_ingest
-
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.settings import TaskSettings
 
@@ -54,4 +53,4 @@ class Sweeper:
             self._stop.wait(self._settings.sweep_interval_s)
 
     def _queue_is_empty(self) -> bool:
-        return int(self._redis.llen(INGEST_QUEUE)) == 0  # type: ignore[arg-type]
+        return int(self._redis.llen(INGEST_QUEUE)) == 0

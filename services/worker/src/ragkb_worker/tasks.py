@@ -11,7 +11,6 @@ from celery.exceptions import SoftTimeLimitExceeded
 
 from ragkb_core.errors import RagkbError
 from ragkb_core.queue import INGEST_DOCUMENT
-
 from ragkb_worker.documents import Claim, DocumentLedger
 from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.settings import TaskSettings
@@ -22,10 +21,12 @@ _BACKOFF_BASE_S = 5
 _BACKOFF_CAP_S = 300
 
 
-def register_tasks(app: Celery, settings: TaskSettings, runtime: Callable[[], tuple[DocumentLedger, IngestPipeline]]) -> None:
+def register_tasks(
+    app: Celery, settings: TaskSettings, runtime: Callable[[], tuple[DocumentLedger, IngestPipeline]]
+) -> None:
     """`runtime` builds (once per process, lazily) the ledger and pipeline: models load in the child process."""
 
-    @app.task(
+    @app.task(  # type: ignore[untyped-decorator]
         name=INGEST_DOCUMENT,
         bind=True,
         acks_late=True,
@@ -39,7 +40,9 @@ def register_tasks(app: Celery, settings: TaskSettings, runtime: Callable[[], tu
         return run_ingest(self, ledger, pipeline, document_id, settings.max_retries)
 
 
-def run_ingest(task: Task, ledger: DocumentLedger, pipeline: IngestPipeline, document_id: str, max_retries: int) -> dict[str, Any]:
+def run_ingest(
+    task: Task, ledger: DocumentLedger, pipeline: IngestPipeline, document_id: str, max_retries: int
+) -> dict[str, Any]:
     claim = ledger.claim(document_id)
     if claim is None:
         return {"document_id": document_id, "status": "skipped"}
@@ -51,7 +54,9 @@ def run_ingest(task: Task, ledger: DocumentLedger, pipeline: IngestPipeline, doc
     return {"document_id": document_id, "status": outcome.status, "chunks": outcome.chunks}
 
 
-def _handle_failure(task: Task, ledger: DocumentLedger, claim: Claim, exc: Exception, max_retries: int) -> dict[str, Any]:
+def _handle_failure(
+    task: Task, ledger: DocumentLedger, claim: Claim, exc: Exception, max_retries: int
+) -> dict[str, Any]:
     reason = _reason(exc)
     retries = task.request.retries or 0
     if _is_transient(exc) and retries < max_retries:

@@ -9,10 +9,9 @@ from litestar.datastructures import UploadFile
 from litestar.params import Parameter
 from pydantic import ValidationError
 
-from ragkb_core.errors import InvalidInput, UnsupportedMediaType
-
 from ragkb_api.schemas import DocumentAccepted, DocumentFields, DocumentOut, TextDocumentCreate
 from ragkb_api.services import DocumentService, Upload
+from ragkb_core.errors import InvalidInput, UnsupportedMediaType
 
 StatusFilter = Literal["pending", "processing", "done", "failed"]
 UPLOAD_DESCRIPTION = """Add a document, or a new version of one (same `source_id`).
@@ -27,7 +26,9 @@ class DocumentController(Controller):
     tags = ["documents"]
 
     @post("/", status_code=202, summary="Upload a document", description=UPLOAD_DESCRIPTION)
-    async def upload(self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService) -> DocumentAccepted:
+    async def upload(
+        self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService
+    ) -> DocumentAccepted:
         fields, upload = await _read_upload(request)
         # Hashing, writing the blob and the database are blocking: keep them off the event loop.
         return await run_sync(document_service.accept, kb_id, fields, upload)

@@ -1,0 +1,64 @@
+"""Helpers shared by the benchmark scripts: BEIR loading, the HTTP client, results files."""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = REPO.parent / "shared" / "data"
+RESULTS = REPO / "bench" / "results"
+
+
+def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            if line.strip():
+                yield json.loads(line)
+
+
+def read_qrels(path: Path) -> dict[str, dict[str, int]]:
+    qrels: dict[str, dict[str, int]] = {}
+    with path.open(encoding="utf-8") as handle:
+        next(handle)
+        for line in handle:
+            query_id, corpus_id, score = line.rstrip("\n").split("\t")
+            qrels.setdefault(query_id, {})[corpus_id] = int(score)
+    return qrels
+
+
+def client(url: str) -> httpx.Client:
+    return httpx.Client(base_url=url, timeout=120)
+
+
+def find_kb(http: httpx.Client, name: str) -> dict[str, Any] | None:
+    return next((kb for kb in http.get("/v1/knowledge-bases").json() if kb["name"] == name), None)
+
+
+def ndcg_at_k(ranked: list[str], relevant: dict[str, int], k: int = 10) -> float:
+    gains = [relevant.get(doc, 0) for doc in ranked[:k]]
+    dcg = sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(gains))
+    ideal = sorted(relevant.values(), reverse=True)[:k]
+    idcg = sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(ideal))
+    return dcg / idcg if idcg else 0.0
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
+    return ordered[index]
+
+
+def save_result(name: str, result: dict[str, Any]) -> Path:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    result = {"machine": f"{platform.machine()} {platform.node()}", "at": time.strftime("%Y-%m-%dT%H:%M:%S"), **result}
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    return path

@@ -1,0 +1,140 @@
+"""Ingest a BEIR corpus through the public API and measure the pipeline against raw encoding.
+
+Reports documents/s and chunks/s end to end (upload → every document `done`), the share of worker time per
+stage, and — after ingestion, on the same machine, same model and the same chunks — the raw encode
+throughput of the embedding model alone. efficiency = pipeline chunks/s ÷ raw chunks/s.
+
+    python bench/ingest.py [--corpus scifact] [--limit N] [--url http://127.0.0.1:8000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import httpx
+from common import DATA, client, find_kb, read_jsonl, save_result
+
+
+def upload_all(http: httpx.Client, kb_id: str, documents: list[dict[str, Any]], workers: int) -> None:
+    def upload(document: dict[str, Any]) -> None:
+        body = {
+            "source_id": document["_id"],
+            "title": document.get("title") or document["_id"],
+            "text": document["text"],
+        }
+        response = http.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body)
+        response.raise_for_status()
+
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(upload, documents))
+
+
+def wait_until_settled(http: httpx.Client, kb_id: str, total: int, timeout_s: float) -> dict[str, int]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        counts: dict[str, int] = http.get(f"/v1/knowledge-bases/{kb_id}").json()["document_counts"]
+        if counts["done"] + counts["failed"] >= total:
+            return counts
+        time.sleep(1)
+    raise TimeoutError(f"ingestion did not finish within {timeout_s} s: {counts}")
+
+
+def documents_of(http: httpx.Client, kb_id: str) -> list[dict[str, Any]]:
+    documents: list[dict[str, Any]] = http.get(f"/v1/knowledge-bases/{kb_id}/documents").json()
+    return documents
+
+
+def stage_shares(documents: list[dict[str, Any]]) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for document in documents:
+        for stage, seconds in document["stage_timings"].items():
+            totals[stage] = totals.get(stage, 0.0) + seconds
+    whole = sum(totals.values()) or 1.0
+    return {stage: round(seconds / whole, 3) for stage, seconds in totals.items()}
+
+
+def raw_encode_rate(corpus: list[dict[str, Any]], sample: int) -> dict[str, float]:
+    """Chunk the same documents with the worker's chunker and time the model alone on those texts."""
+    from ragkb_models import load_embedder
+    from ragkb_worker.chunking import Chunker
+    from ragkb_worker.parsing import parse
+    from ragkb_worker.pipeline import embedding_text
+    from ragkb_worker.settings import WorkerSettings
+
+    settings = WorkerSettings()
+    embedder = load_embedder(settings.embedding)
+    chunker = Chunker(embedder, settings.chunking)
+    texts: list[str] = []
+    for document in corpus:
+        chunks, _ = chunker.chunk(parse("text/plain", document["text"].encode()))
+        title = document.get("title") or document["_id"]
+        texts.extend(embedding_text(title, chunk) for chunk in chunks)
+        if len(texts) >= sample:
+            break
+    embedder.embed_passages(texts[:32])  # warm-up
+    started = time.perf_counter()
+    embedder.embed_passages(texts[:sample])
+    seconds = time.perf_counter() - started
+    return {
+        "chunks": len(texts[:sample]),
+        "seconds": round(seconds, 2),
+        "chunks_per_s": round(len(texts[:sample]) / seconds, 2),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--corpus", default="scifact")
+    parser.add_argument("--limit", type=int, default=None)
+    parser.add_argument("--upload-workers", type=int, default=4)
+    parser.add_argument("--raw-sample", type=int, default=1000, help="chunks encoded for the raw model rate")
+    parser.add_argument("--timeout", type=float, default=7200)
+    args = parser.parse_args()
+
+    corpus = list(read_jsonl(DATA / args.corpus / "corpus.jsonl"))[: args.limit]
+    http = client(args.url)
+    name = f"bench-{args.corpus}-{len(corpus)}"
+    if (existing := find_kb(http, name)) is not None:
+        http.delete(f"/v1/knowledge-bases/{existing['id']}").raise_for_status()
+    kb_id = http.post("/v1/knowledge-bases", json={"name": name}).json()["id"]
+
+    started = time.perf_counter()
+    upload_all(http, kb_id, corpus, args.upload_workers)
+    uploaded_s = time.perf_counter() - started
+    counts = wait_until_settled(http, kb_id, len(corpus), args.timeout)
+    elapsed = time.perf_counter() - started
+
+    documents = documents_of(http, kb_id)
+    chunks = sum(document["chunk_count"] for document in documents)
+    raw = raw_encode_rate(corpus, args.raw_sample)
+    pipeline_rate = chunks / elapsed
+    result = {
+        "corpus": args.corpus,
+        "knowledge_base_id": kb_id,
+        "documents": len(corpus),
+        "counts": counts,
+        "chunks": chunks,
+        "upload_seconds": round(uploaded_s, 1),
+        "seconds": round(elapsed, 1),
+        "documents_per_s": round(len(corpus) / elapsed, 2),
+        "chunks_per_s": round(pipeline_rate, 2),
+        "raw_encode": raw,
+        "efficiency": round(pipeline_rate / raw["chunks_per_s"], 3),
+        "stage_share": stage_shares(documents),
+    }
+    path = save_result(f"ingest-{args.corpus}", result)
+    print(
+        f"| corpus | docs | chunks | seconds | docs/s | chunks/s | raw encode chunks/s | efficiency |\n"
+        f"|---|---|---|---|---|---|---|---|\n"
+        f"| {args.corpus} | {len(corpus)} | {chunks} | {elapsed:.1f} | {result['documents_per_s']} | "
+        f"{result['chunks_per_s']} | {raw['chunks_per_s']} | {result['efficiency']} |\n"
+        f"stage share of worker time: {result['stage_share']}\nfailed: {counts['failed']}\nsaved {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The embedder every process uses: prefixes, batching and token counting around one encoder runtime.
+
+`load_embedder(settings)` is the only place that picks a runtime. The packaged multilingual-e5-small runs on
+ONNX Runtime (float32, or int8 weights) or torch; any other sentence-transformers model runs on torch."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal, Protocol
+
+import numpy as np
+from numpy.typing import NDArray
+from tokenizers import Tokenizer
+
+from ragkb_core.settings import EmbeddingSettings
+from ragkb_models.e5_convert import E5_MODEL_NAME, convert_e5
+from ragkb_models.onnx_encoder import OnnxEncoder, Precision, ensure_onnx_model
+
+logger = logging.getLogger(__name__)
+
+# The runtimes EmbeddingSettings.backend names; keep the two lists equal.
+Backend = Literal["onnx", "onnx-int8", "torch"]
+_ONNX_PRECISION: dict[str, Precision] = {"onnx": "fp32", "onnx-int8": "int8"}
+# Padded tokens per forward run. On 2 cores both runtimes were fastest with runs of 256–1024 tokens
+# (one long passage, or a few dozen short ones); 16 long passages per run were ~30% slower.
+TOKENS_PER_RUN = 512
+
+
+class TextEncoder(Protocol):
+    dimension: int
+
+    def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        """L2-normalised vectors of already-prefixed texts, one row each, in order."""
+        ...
+
+
+class Embedder:
+    """Embeds passages and queries with the model's prefixes, and counts tokens for the chunker.
+    Vectors are L2-normalised float32, so a dot product is the cosine similarity."""
+
+    def __init__(
+        self,
+        encoder: TextEncoder,
+        tokenizer: Tokenizer,
+        *,
+        max_seq_length: int,
+        query_prefix: str,
+        passage_prefix: str,
+        batch_size: int,
+    ) -> None:
+        self._encoder = encoder
+        self._tokenizer = tokenizer
+        self._query_prefix = query_prefix
+        self._passage_prefix = passage_prefix
+        self._batch_size = batch_size
+        self.dimension = encoder.dimension
+        self.max_seq_length = max_seq_length
+        # The largest count_tokens(text) of a passage that is embedded whole: the prefix and the special
+        # tokens take the rest. Longer passages are truncated at max_seq_length tokens.
+        self.max_passage_tokens = max_seq_length - len(tokenizer.encode(passage_prefix.rstrip()).ids)
+
+    def embed_passages(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        prefixed = [self._passage_prefix + text for text in texts]
+        vectors = np.empty((len(prefixed), self.dimension), dtype=np.float32)
+        for run in plan_runs(self._lengths(prefixed), self._batch_size, TOKENS_PER_RUN):
+            vectors[run] = self._encoder.encode([prefixed[i] for i in run])
+        return vectors
+
+    def embed_query(self, text: str) -> list[float]:
+        vector: list[float] = self._encoder.encode([self._query_prefix + text])[0].tolist()
+        return vector
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens of `text` alone: no prefix, no special tokens."""
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        """(start, end) character offsets in `text` of each token counted by count_tokens, in order and never
+        overlapping, so that text[start_i:start_j] holds tokens i..j-1. A token that shares its character
+        with the next one (a lone word separator `▁` before a CJK character, or one of several tokens
+        made from one character such as ㍻) gets an empty span."""
+        offsets = self._tokenizer.encode(text, add_special_tokens=False).offsets
+        next_starts = [start for start, _ in offsets[1:]] + [len(text)]
+        return [(start, max(start, min(end, nxt))) for (start, end), nxt in zip(offsets, next_starts, strict=True)]
+
+    def _lengths(self, texts: list[str]) -> list[int]:
+        encodings = self._tokenizer.encode_batch(texts)
+        return [min(len(e.ids), self.max_seq_length) for e in encodings]
+
+
+def plan_runs(lengths: Sequence[int], max_texts: int, max_tokens: int) -> list[list[int]]:
+    """Group text indices into forward runs: sorted by length so padding is small, at most `max_texts`
+    texts and `max_tokens` padded tokens per run (a single longer text still gets a run of its own)."""
+    runs: list[list[int]] = []
+    current: list[int] = []
+    for index in sorted(range(len(lengths)), key=lambda i: lengths[i]):
+        # Sorted ascending, so the newest text is the longest and sets the padded width.
+        if current and (len(current) >= max_texts or (len(current) + 1) * lengths[index] > max_tokens):
+            runs.append(current)
+            current = []
+        current.append(index)
+    if current:
+        runs.append(current)
+    return runs
+
+
+_loaded: dict[str, Embedder] = {}
+_loading = threading.Lock()
+
+
+def load_embedder(settings: EmbeddingSettings) -> Embedder:
+    """The embedder for these settings, loaded (and for the packaged model, converted) once per process."""
+    key = settings.model_dump_json()
+    with _loading:
+        if key not in _loaded:
+            _loaded[key] = _load(settings)
+        return _loaded[key]
+
+
+def _load(settings: EmbeddingSettings) -> Embedder:
+    backend: Backend = settings.backend
+    if settings.model == E5_MODEL_NAME:
+        return _load_e5(settings, backend)
+    if backend != "torch":
+        logger.warning("ONNX graphs are built only for %s; running %s on torch", E5_MODEL_NAME, settings.model)
+    return _load_torch(settings, settings.model)
+
+
+def _load_e5(settings: EmbeddingSettings, backend: Backend) -> Embedder:
+    folder = convert_e5(settings.cache_dir)
+    if backend == "torch":
+        return _load_torch(settings, str(folder))
+    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    max_seq_length = _read_json(folder / "sentence_bert_config.json")["max_seq_length"]
+    pad_id = _read_json(folder / "config.json")["pad_token_id"]
+    model_path = ensure_onnx_model(folder, _ONNX_PRECISION[backend])
+    encoder = OnnxEncoder(model_path, tokenizer, max_seq_length, pad_id, settings.threads)
+    return _embedder(settings, encoder, tokenizer, max_seq_length)
+
+
+def _load_torch(settings: EmbeddingSettings, model: str) -> Embedder:
+    from ragkb_models.torch_encoder import TorchEncoder
+
+    encoder = TorchEncoder(model, settings.threads)
+    return _embedder(settings, encoder, encoder.tokenizer(), encoder.max_seq_length)
+
+
+def _embedder(settings: EmbeddingSettings, encoder: TextEncoder, tokenizer: Tokenizer, max_seq_length: int) -> Embedder:
+    return Embedder(
+        encoder,
+        tokenizer,
+        max_seq_length=max_seq_length,
+        query_prefix=settings.query_prefix,
+        passage_prefix=settings.passage_prefix,
+        batch_size=settings.batch_size,
+    )
+
+
+def _read_json(path: Path) -> dict[str, int]:
+    value: dict[str, int] = json.loads(path.read_text(encoding="utf-8"))
+    return value

@@ -1,0 +1,393 @@
+"""`EdgeIndex`: the index on Qdrant Edge, in-process (the embedded default).
+
+Layout under `settings.path`: one shard directory per collection (`kb_<id>_g<n>`), one pointer file per
+alias (`kb_<id>.alias`), and a lock file that keeps a second process off the index.
+
+Facts of Edge (qdrant-edge-py 0.9) this adapter is built around, measured here:
+- One `EdgeShard` per directory (a second `load` fails on the WAL lock), so shards are opened once and
+  shared by all threads.
+- Every Edge call holds the GIL, `optimize()` included: while a shard optimises (seconds at tens of
+  thousands of points) no other Python thread of the process runs. Running it in one background thread
+  keeps it off the request that triggered it; it does not make it concurrent.
+- The WAL lives in memory-mapped files: an acknowledged update survives the process being killed
+  (tested), and reaches the disk, surviving a power loss, on `flush()`. A flush takes tens of
+  milliseconds (hundreds on a busy disk) holding the GIL, so writes do not flush one by one: the
+  background thread flushes written shards every `flush_interval_s`, as a Qdrant server flushes
+  every 5 s, and `close()` flushes all.
+- Global sparse IDF counts deleted points until segments are vacuumed; the keyword leg therefore asks
+  for IDF over the KB's live points (`IdfParams(corpus=...)`), which a Qdrant server computes alike.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import shutil
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import IO, Any
+
+from qdrant_edge import (
+    CountRequest,
+    Distance,
+    EdgeConfig,
+    EdgeShard,
+    EdgeSparseVectorParams,
+    EdgeVectorParams,
+    FieldCondition,
+    Filter,
+    Fusion,
+    IdfParams,
+    MatchAny,
+    MatchValue,
+    Modifier,
+    PayloadSchemaType,
+    Point,
+    Prefetch,
+    Query,
+    QueryBatchRequest,
+    QueryRequest,
+    ScoredPoint,
+    SearchParams,
+    SparseVector,
+    UpdateOperation,
+)
+
+from ragkb_core import ids
+from ragkb_core.contracts import ScopeFilter, SparseTerms
+from ragkb_core.errors import Conflict, Unavailable
+from ragkb_core.settings import QdrantSettings
+from ragkb_retriever.index import filters
+from ragkb_retriever.index.edge_aliases import AliasFiles
+from ragkb_retriever.index.edge_shards import ShardClosedError, ShardHandle, ShardMaintainer
+from ragkb_retriever.index.port import (
+    DenseLeg,
+    FusedLeg,
+    IndexHit,
+    IndexPoint,
+    KeywordLeg,
+    Leg,
+    LegResults,
+    assemble,
+    document_delete_filter,
+    no_index,
+    no_results,
+    plan_legs,
+)
+from ragkb_retriever.index.schema import (
+    DENSE_VECTOR,
+    FIRST_GENERATION,
+    PAYLOAD_INDEXES,
+    SPARSE_VECTOR,
+    PayloadIndexKind,
+    generations_of,
+)
+
+LOCK_FILE = ".ragkb-index.lock"
+# Bounds what a power loss can take: the writes acknowledged in the last few seconds.
+FLUSH_INTERVAL_S = 5.0
+_SCHEMA_TYPES: dict[PayloadIndexKind, PayloadSchemaType] = {
+    "keyword": PayloadSchemaType.Keyword,
+    "integer": PayloadSchemaType.Integer,
+}
+
+
+class EdgeIndex:
+    """Thread-safe: request threads share the open shards; KB creation and removal are serialised."""
+
+    def __init__(self, settings: QdrantSettings, *, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+        self._root = settings.path
+        self._root.mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock_root(self._root)
+        self._aliases = AliasFiles(self._root)
+        self._optimize_after = settings.optimize_after_points
+        # Guards the maps below, the alias files and the opening of shards (one EdgeShard per directory).
+        self._registry = threading.Lock()
+        self._handles: dict[str, ShardHandle] = {}
+        self._targets: dict[str, str] = {}  # alias cache: this process is the only writer of the files
+        # Serialises create_kb, drop_kb and close, which change which shards and aliases exist.
+        self._lifecycle = threading.Lock()
+        self._closed = False
+        self._maintainer = ShardMaintainer(self._open_handles, flush_interval_s, settings.optimize_idle_s)
+
+    # -- KBs ---------------------------------------------------------------------------------------
+
+    def create_kb(self, kb_id: str, dense_size: int) -> None:
+        with self._lifecycle:
+            self._check_open()
+            if self._target(kb_id) is not None:
+                return
+            # Without an alias, any generation on disk is left over from a crashed create or drop.
+            self._discard_generations(kb_id)
+            name = ids.collection_name(kb_id, FIRST_GENERATION)
+            shard = _create_shard(self._root / name, dense_size)
+            # The alias comes last, so that it never points at a collection that is not ready.
+            with self._registry:
+                self._handles[name] = ShardHandle(name, shard)
+                self._aliases.write(kb_id, name)
+                self._targets[kb_id] = name
+
+    def drop_kb(self, kb_id: str) -> None:
+        with self._lifecycle:
+            self._check_open()
+            # The alias goes first: new calls see "no such KB" while the shards are being removed. File
+            # and cache change together, or a call in between could cache the alias again and reopen a
+            # shard that is about to be deleted.
+            with self._registry:
+                self._aliases.remove(kb_id)
+                self._targets.pop(kb_id, None)
+            self._discard_generations(kb_id)
+
+    def kb_exists(self, kb_id: str) -> bool:
+        self._check_open()
+        return self._target(kb_id) is not None
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def upsert(self, kb_id: str, points: Sequence[IndexPoint]) -> None:
+        if not points:
+            return
+        operation = UpdateOperation.upsert_points([_edge_point(point) for point in points])
+        handle = self._write(kb_id, operation)
+        if handle.record_write(len(points)) >= self._optimize_after:
+            self._maintainer.request_optimize(handle)
+
+    def delete_document(
+        self,
+        kb_id: str,
+        document_id: str,
+        keep_version: int | None = None,
+        only_version: int | None = None,
+    ) -> None:
+        spec = document_delete_filter(kb_id, document_id, keep_version, only_version)
+        self._write(kb_id, UpdateOperation.delete_points_by_filter(_edge_filter(spec))).record_write()
+
+    def set_document_payload(self, kb_id: str, document_id: str, payload: dict[str, Any]) -> None:
+        spec = filters.document_filter(kb_id, document_id)
+        self._write(kb_id, UpdateOperation.set_payload_by_filter(_edge_filter(spec), payload)).record_write()
+
+    # -- reads -------------------------------------------------------------------------------------
+
+    def count(self, kb_id: str, document_id: str | None = None, version: int | None = None) -> int:
+        request = CountRequest(exact=True, filter=_edge_filter(filters.count_filter(kb_id, document_id, version)))
+        with self._shard(kb_id) as (_, shard):
+            return shard.count(request)
+
+    def search(  # noqa: PLR0917 -- the port's signature, positional as specified
+        self,
+        kb_id: str,
+        dense: list[float] | None,
+        sparse: SparseTerms | None,
+        scope: ScopeFilter,
+        limit: int,
+        candidate_limit: int,
+        rrf_k: int,
+    ) -> LegResults:
+        legs = plan_legs(dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k)
+        if not legs:
+            self._check_kb(kb_id)
+            return no_results()
+        requests = _LegRequests(kb_id, scope, candidate_limit)
+        with self._shard(kb_id) as (_, shard):
+            batch = shard.query_batch(QueryBatchRequest([requests.build(leg) for leg in legs]))
+        return assemble(legs, [[_hit(point) for point in points] for points in batch], limit)
+
+    # -- upkeep ------------------------------------------------------------------------------------
+
+    def optimize(self, kb_id: str) -> None:
+        handle = self._handle(kb_id)
+        try:
+            handle.optimize()
+        except ShardClosedError as exc:
+            raise self._gone(kb_id) from exc
+
+    def close(self) -> None:
+        """Stop background optimising, flush and close every shard, release the directory."""
+        with self._lifecycle:
+            if self._closed:
+                return
+            self._closed = True
+            self._maintainer.stop()
+            with self._registry:
+                handles = list(self._handles.values())
+                self._handles.clear()
+                self._targets.clear()
+            for handle in handles:
+                handle.close()
+            self._lock_file.close()
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _write(self, kb_id: str, operation: UpdateOperation) -> ShardHandle:
+        """Apply a write; the caller records it on the returned handle (flushing and optimising follow)."""
+        with self._shard(kb_id) as (handle, shard):
+            shard.update(operation)
+        return handle
+
+    def _open_handles(self) -> list[ShardHandle]:
+        with self._registry:
+            return list(self._handles.values())
+
+    @contextmanager
+    def _shard(self, kb_id: str) -> Iterator[tuple[ShardHandle, EdgeShard]]:
+        handle = self._handle(kb_id)
+        try:
+            with handle.use() as shard:
+                yield handle, shard
+        except ShardClosedError as exc:
+            raise self._gone(kb_id) from exc
+
+    def _handle(self, kb_id: str) -> ShardHandle:
+        with self._registry:
+            self._check_open()
+            name = self._target_locked(kb_id)
+            if name is None:
+                raise no_index(kb_id)
+            handle = self._handles.get(name)
+            if handle is None:
+                handle = ShardHandle(name, EdgeShard.load(str(self._root / name)))
+                self._handles[name] = handle
+            return handle
+
+    def _check_kb(self, kb_id: str) -> None:
+        if not self.kb_exists(kb_id):
+            raise no_index(kb_id)
+
+    def _target(self, kb_id: str) -> str | None:
+        with self._registry:
+            return self._target_locked(kb_id)
+
+    def _target_locked(self, kb_id: str) -> str | None:
+        name = self._targets.get(kb_id)
+        if name is None:
+            name = self._aliases.read(kb_id)
+            if name is not None:
+                self._targets[kb_id] = name
+        return name
+
+    def _discard_generations(self, kb_id: str) -> None:
+        """Close and delete every generation of the KB, open or only on disk."""
+        with self._registry:
+            on_disk = [path.name for path in self._root.iterdir() if path.is_dir()]
+            names = generations_of(kb_id, {*on_disk, *self._handles})
+            handles = [handle for name in names if (handle := self._handles.pop(name, None))]
+        for handle in handles:
+            handle.close()
+        for name in names:
+            shutil.rmtree(self._root / name, ignore_errors=True)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise _index_closed()
+
+    def _gone(self, kb_id: str) -> Exception:
+        """Why a shard closed under a call: the whole index closed, or the KB was dropped."""
+        return _index_closed() if self._closed else no_index(kb_id)
+
+
+class _LegRequests:
+    """Edge query requests for the legs of one search. Every leg carries the scope filter, so that
+    ranking only ever sees points the caller may see."""
+
+    def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int) -> None:
+        self._filter = _edge_filter(filters.scope_filter(kb_id, scope))
+        self._idf = SearchParams(idf=IdfParams(corpus=_edge_filter(filters.kb_filter(kb_id))))
+        self._candidates = candidate_limit
+
+    def build(self, leg: Leg) -> QueryRequest:
+        match leg:
+            case DenseLeg():
+                return self._leg(self._dense(leg))
+            case KeywordLeg():
+                return self._leg(self._keyword(leg))
+            case FusedLeg():
+                return self._fused(leg)
+
+    @staticmethod
+    def _leg(prefetch: Prefetch) -> QueryRequest:
+        """A leg on its own is its prefetch as a request, so that it matches the fused request's input."""
+        return QueryRequest(
+            limit=prefetch.limit,
+            query=prefetch.query,
+            filter=prefetch.filter,
+            params=prefetch.params,
+            with_payload=True,
+        )
+
+    def _dense(self, leg: DenseLeg) -> Prefetch:
+        query = Query.Nearest(leg.vector, using=DENSE_VECTOR)
+        return Prefetch(limit=self._candidates, query=query, filter=self._filter)
+
+    def _keyword(self, leg: KeywordLeg) -> Prefetch:
+        vector = SparseVector(leg.terms.indices, leg.terms.values)
+        query = Query.Nearest(vector, using=SPARSE_VECTOR)
+        return Prefetch(limit=self._candidates, query=query, filter=self._filter, params=self._idf)
+
+    def _fused(self, leg: FusedLeg) -> QueryRequest:
+        # The prefetches are the very legs run beside this request, so the fused list is RRF over them.
+        return QueryRequest(
+            limit=leg.limit,
+            prefetches=[self._dense(leg.dense), self._keyword(leg.keyword)],
+            query=Fusion.Rrf(k=leg.rrf_k),  # type: ignore[arg-type]  # the stub's union omits Fusion.Rrf
+            with_payload=True,
+        )
+
+
+def _edge_config(dense_size: int) -> EdgeConfig:
+    return EdgeConfig(
+        vectors={DENSE_VECTOR: EdgeVectorParams(size=dense_size, distance=Distance.Cosine)},
+        sparse_vectors={SPARSE_VECTOR: EdgeSparseVectorParams(modifier=Modifier.Idf)},
+        wal_enabled=True,  # the default today; stated because durability depends on it
+    )
+
+
+def _create_shard(path: Path, dense_size: int) -> EdgeShard:
+    shard = EdgeShard.create(str(path), _edge_config(dense_size))
+    for field, kind in PAYLOAD_INDEXES:
+        shard.update(UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
+    shard.flush()
+    return shard
+
+
+def _edge_point(point: IndexPoint) -> Point:
+    sparse = SparseVector(point.sparse.indices, point.sparse.values)
+    return Point(point.id, {DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}, point.payload)
+
+
+def _edge_filter(spec: filters.FilterSpec) -> Filter:
+    return Filter(
+        must=[_edge_condition(match) for match in spec.must],
+        must_not=[_edge_condition(match) for match in spec.must_not] or None,
+    )
+
+
+def _edge_condition(match: filters.FieldMatch) -> FieldCondition:
+    if len(match.values) == 1:
+        return FieldCondition(match.field, match=MatchValue(match.values[0]))
+    return FieldCondition(match.field, match=MatchAny(match.value_list()))
+
+
+def _hit(point: ScoredPoint) -> IndexHit:
+    # Edge returns UUID ids as uuid.UUID; str() gives the same text as ids.point_id.
+    return IndexHit(id=str(point.id), score=point.score, payload=point.payload or {})
+
+
+def _index_closed() -> Unavailable:
+    # Transient on purpose: the process is shutting down, a retry reaches its successor.
+    return Unavailable("the index is closed")
+
+
+def _lock_root(root: Path) -> IO[bytes]:
+    """Hold an exclusive lock on the index root for the life of this EdgeIndex.
+
+    Edge locks each shard's WAL, but not the alias files or the set of shards, and one process owns
+    the embedded index by design; a second one fails here, at start-up, instead of mid-request.
+    """
+    file = (root / LOCK_FILE).open("a+b")
+    try:
+        fcntl.flock(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError as exc:
+        file.close()
+        raise Conflict(f"the index at {root} is in use by another process") from exc
+    return file

@@ -1,0 +1,165 @@
+"""Open Edge shards and their upkeep: who is using a shard, when it is closed, flushed and optimised."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from qdrant_edge import EdgeShard
+
+logger = logging.getLogger(__name__)
+
+
+class ShardClosedError(Exception):
+    """The shard was closed (its KB dropped, or the index closed) before this call could use it."""
+
+
+class ShardHandle:
+    """One open `EdgeShard`. Calls take a lease through `use()`, so that `close()` waits for them
+    instead of pulling the shard from under a running query; a lock keeps a synchronous optimise and
+    the background one from running on the shard at the same time."""
+
+    def __init__(self, name: str, shard: EdgeShard) -> None:
+        self.name = name
+        self._shard = shard
+        self._state = threading.Condition()
+        self._users = 0
+        self._closed = False
+        self._unflushed = False
+        self._written_since_optimize = 0
+        self._last_write = time.monotonic()
+        self._optimize_lock = threading.Lock()
+
+    @contextmanager
+    def use(self) -> Iterator[EdgeShard]:
+        with self._state:
+            if self._closed:
+                raise ShardClosedError(self.name)
+            self._users += 1
+        try:
+            yield self._shard
+        finally:
+            with self._state:
+                self._users -= 1
+                self._state.notify_all()
+
+    def record_write(self, points: int = 0) -> int:
+        """Note a write of `points` new points; returns how many were written since the last optimise."""
+        with self._state:
+            self._unflushed = True
+            self._written_since_optimize += points
+            self._last_write = time.monotonic()
+            return self._written_since_optimize
+
+    def seconds_since_write(self) -> float:
+        with self._state:
+            return time.monotonic() - self._last_write
+
+    def flush_if_written(self) -> None:
+        with self._state:
+            if not self._unflushed:
+                return
+            # Cleared before the flush: a write that lands during it is flushed next time.
+            self._unflushed = False
+        with self.use() as shard:
+            shard.flush()
+
+    def optimize(self) -> bool:
+        """Build HNSW and merge segments now. Returns whether anything changed."""
+        with self._optimize_lock, self.use() as shard:
+            with self._state:
+                # Reset before, not after: points written while this runs count towards the next one.
+                self._written_since_optimize = 0
+            return shard.optimize()
+
+    def close(self) -> None:
+        """Wait for the calls in flight, then flush and close. Later calls raise `ShardClosedError`."""
+        with self._state:
+            if self._closed:
+                return
+            self._closed = True
+            self._state.wait_for(lambda: self._users == 0)
+        self._shard.flush()
+        self._shard.close()
+
+
+class ShardMaintainer:
+    """The one background thread of an EdgeIndex. It optimises shards on request, one at a time, each
+    queued at most once, and flushes the shards written since the last flush every `flush_interval_s`.
+
+    Edge builds HNSW only inside `optimize()` (seconds for tens of thousands of points), so that must
+    never run on a request thread. Flushing in the background keeps the disk sync (tens of
+    milliseconds, more on a busy disk, all of it holding the GIL) off every write.
+    """
+
+    def __init__(
+        self, open_shards: Callable[[], list[ShardHandle]], flush_interval_s: float, optimize_idle_s: float = 0.0
+    ) -> None:
+        self._open_shards = open_shards
+        self._flush_interval_s = flush_interval_s
+        self._optimize_idle_s = optimize_idle_s
+        self._queue: queue.SimpleQueue[ShardHandle | None] = queue.SimpleQueue()
+        self._queued: set[str] = set()
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ragkb-edge-maintainer", daemon=True)
+        self._thread.start()
+
+    def request_optimize(self, handle: ShardHandle) -> None:
+        with self._lock:
+            if handle.name in self._queued or self._stopping.is_set():
+                return
+            self._queued.add(handle.name)
+        self._queue.put(handle)
+
+    def stop(self) -> None:
+        """Skip queued optimisations, wait for a running one to finish, end the thread."""
+        self._stopping.set()
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        next_flush = time.monotonic() + self._flush_interval_s
+        while True:
+            try:
+                handle = self._queue.get(timeout=max(0.0, next_flush - time.monotonic()))
+            except queue.Empty:
+                handle = None
+            if self._stopping.is_set():
+                return
+            if handle is not None:
+                self._optimize(handle)
+            if time.monotonic() >= next_flush:
+                self._flush_all()
+                next_flush = time.monotonic() + self._flush_interval_s
+
+    def _optimize(self, handle: ShardHandle) -> None:
+        quiet_for = handle.seconds_since_write()
+        if quiet_for < self._optimize_idle_s:
+            # Writes are still arriving (a bulk ingest): optimising now would freeze the whole process
+            # (Edge holds the GIL) and be partly redone. Look again shortly; the shard stays queued once.
+            self._stopping.wait(min(self._optimize_idle_s - quiet_for, 1.0))
+            self._queue.put(handle)
+            return
+        with self._lock:
+            self._queued.discard(handle.name)
+        self._guarded("optimise", handle, handle.optimize)
+
+    def _flush_all(self) -> None:
+        for handle in self._open_shards():
+            self._guarded("flush", handle, handle.flush_if_written)
+
+    @staticmethod
+    def _guarded(what: str, handle: ShardHandle, action: Callable[[], object]) -> None:
+        try:
+            action()
+        except ShardClosedError:
+            pass  # its KB was dropped (or the index closed) meanwhile; closing flushed it
+        except Exception:
+            # The shard stays usable: unoptimised it is searched exactly, unflushed its WAL still holds
+            # every write. Log and go on with the others.
+            logger.exception("background %s of %s failed", what, handle.name)

@@ -1,0 +1,198 @@
+"""The retriever's index port: what the search and index services need from a vector engine.
+
+Two adapters implement it: `EdgeIndex` (Qdrant Edge in-process, the embedded default) and `ServerIndex`
+(a Qdrant server or cluster through qdrant-client). They must give the same results for the same
+operations; tests/integration/test_index_congruence.py holds them to it.
+
+Fusion. `search` fuses the dense and keyword legs with the engine's Reciprocal Rank Fusion, which
+scores a point as
+
+    fused(d) = sum over legs L containing d of 1 / (k + rank_L(d)),   rank_L counted from 0
+
+(verified against Qdrant Edge and qdrant-client's local mode, see test_index_congruence.py). The RRF
+paper counts ranks from 1, 1 / (k_paper + rank_1), so Qdrant's k = k_paper + 1: the paper's k = 60 is
+`rrf_k=61`. Qdrant's own default k is 2, which is why `rrf_k` is always passed explicitly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ragkb_core.contracts import ScopeFilter, SparseTerms
+from ragkb_core.errors import InvalidInput, NotFound
+from ragkb_retriever.index.filters import FilterSpec, document_filter, scope_is_empty
+
+
+@dataclass(frozen=True)
+class IndexPoint:
+    """One chunk as written: `id` is `ids.point_id(...)`; payload fields are set by the caller."""
+
+    id: str
+    dense: list[float]
+    sparse: SparseTerms
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class IndexHit:
+    id: str
+    score: float
+    payload: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class LegResults:
+    """`fused` is the answer; `dense` and `keyword` are the legs it was fused from (for score breakdowns)."""
+
+    fused: list[IndexHit]
+    dense: list[IndexHit]
+    keyword: list[IndexHit]
+
+
+def no_results() -> LegResults:
+    # A new one each time: callers may extend the lists they get.
+    return LegResults(fused=[], dense=[], keyword=[])
+
+
+class VectorIndex(Protocol):
+    def create_kb(self, kb_id: str, dense_size: int) -> None:
+        """Create generation 1 and the alias `kb_<id>`; does nothing when the KB exists."""
+        ...
+
+    def drop_kb(self, kb_id: str) -> None:
+        """Remove the alias and every generation; does nothing when the KB does not exist."""
+        ...
+
+    def kb_exists(self, kb_id: str) -> bool: ...
+
+    def upsert(self, kb_id: str, points: Sequence[IndexPoint]) -> None: ...
+
+    def delete_document(
+        self,
+        kb_id: str,
+        document_id: str,
+        keep_version: int | None = None,
+        only_version: int | None = None,
+    ) -> None:
+        """Delete the document's points: all of them, all but `keep_version`'s, or only `only_version`'s."""
+        ...
+
+    def set_document_payload(self, kb_id: str, document_id: str, payload: dict[str, Any]) -> None:
+        """Set (merge) top-level payload fields on every point of the document."""
+        ...
+
+    def count(self, kb_id: str, document_id: str | None = None, version: int | None = None) -> int: ...
+
+    def search(  # noqa: PLR0917 -- the port's signature, positional as specified
+        self,
+        kb_id: str,
+        dense: list[float] | None,
+        sparse: SparseTerms | None,
+        scope: ScopeFilter,
+        limit: int,
+        candidate_limit: int,
+        rrf_k: int,
+    ) -> LegResults:
+        """Both legs filtered by `scope` inside the engine, fused with RRF (Qdrant's k = `rrf_k`).
+
+        Without `dense` only the keyword leg runs, without (non-empty) `sparse` only the dense leg;
+        `fused` is then that leg cut to `limit`.
+        """
+        ...
+
+    def optimize(self, kb_id: str) -> None:
+        """Build the KB's search indexes now (Edge); a no-op where the engine does it itself."""
+        ...
+
+    def close(self) -> None: ...
+
+
+# -- shared by the adapters: which legs a search runs, and how their results become LegResults ------
+
+
+@dataclass(frozen=True)
+class DenseLeg:
+    vector: list[float]
+
+
+@dataclass(frozen=True)
+class KeywordLeg:
+    terms: SparseTerms
+
+
+@dataclass(frozen=True)
+class FusedLeg:
+    """RRF over a dense and a keyword leg, which the engine runs again as its prefetches."""
+
+    dense: DenseLeg
+    keyword: KeywordLeg
+    limit: int
+    rrf_k: int
+
+
+Leg = DenseLeg | KeywordLeg | FusedLeg
+
+
+def document_delete_filter(
+    kb_id: str, document_id: str, keep_version: int | None, only_version: int | None
+) -> FilterSpec:
+    """The points `delete_document` removes; keeping one version and deleting only one exclude each other."""
+    if keep_version is not None and only_version is not None:
+        raise InvalidInput("give keep_version or only_version, not both", document_id=document_id)
+    return document_filter(kb_id, document_id, version=only_version, except_version=keep_version)
+
+
+def no_index(kb_id: str) -> NotFound:
+    """What every operation on a KB without an index raises, in both adapters."""
+    return NotFound(f"knowledge base {kb_id} has no index", kb_id=kb_id)
+
+
+def plan_legs(
+    dense: list[float] | None,
+    sparse: SparseTerms | None,
+    scope: ScopeFilter,
+    *,
+    limit: int,
+    rrf_k: int,
+    candidate_limit: int,
+) -> tuple[Leg, ...]:
+    """The legs to run as one batch; none when the scope grants nothing or there is no query."""
+    if min(limit, candidate_limit, rrf_k) < 1:
+        raise InvalidInput(
+            "limit, candidate_limit and rrf_k must be at least 1",
+            limit=limit,
+            candidate_limit=candidate_limit,
+            rrf_k=rrf_k,
+        )
+    if scope_is_empty(scope):
+        return ()
+    # A sparse query without terms matches nothing; it is treated as no keyword query at all.
+    legs: list[DenseLeg | KeywordLeg] = []
+    if dense is not None:
+        legs.append(DenseLeg(dense))
+    if sparse is not None and sparse.indices:
+        legs.append(KeywordLeg(sparse))
+    match legs:
+        case [DenseLeg() as dense_leg, KeywordLeg() as keyword_leg]:
+            return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k)
+        case _:
+            return tuple(legs)
+
+
+def assemble(legs: Sequence[Leg], results: Sequence[list[IndexHit]], limit: int) -> LegResults:
+    """LegResults from the batch's results; a search that ran one leg returns it cut to `limit` as fused."""
+    dense: list[IndexHit] = []
+    keyword: list[IndexHit] = []
+    fused: list[IndexHit] | None = None
+    for leg, hits in zip(legs, results, strict=True):
+        if isinstance(leg, DenseLeg):
+            dense = hits
+        elif isinstance(leg, KeywordLeg):
+            keyword = hits
+        else:
+            fused = hits
+    if fused is None:
+        fused = (dense or keyword)[:limit]
+    return LegResults(fused=fused, dense=dense, keyword=keyword)

@@ -1,0 +1,138 @@
+"""Start ragkb exactly as `make run` does (deploy/launcher.py) on temporary data and free ports."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+READY_TIMEOUT_S = 600
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class RunningRagkb:
+    """The three processes under one launcher; `restart()` stops everything and starts it again."""
+
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    client: httpx.Client = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.env['RAGKB_API__PORT']}", timeout=60)
+
+    def start(self) -> None:
+        # The child keeps its own copy of the log's file descriptor; ours closes at once.
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [sys.executable, str(REPO / "deploy" / "launcher.py")],
+                cwd=self.env["RAGKB_TEST_CWD"],
+                env=self.env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        self._wait_ready()
+
+    def stop(self) -> None:
+        if self.process and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            self.process.wait(timeout=60)
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise RuntimeError(f"launcher exited early; log:\n{self.log_path.read_text()[-4000:]}")
+            try:
+                if self.client.get("/ready").status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        raise RuntimeError(f"ragkb not ready in time; log:\n{self.log_path.read_text()[-4000:]}")
+
+    # -- helpers the tests share ------------------------------------------------------------------
+
+    def create_kb(self, name: str) -> str:
+        response = self.client.post("/v1/knowledge-bases", json={"name": name})
+        assert response.status_code == 201, response.text
+        return str(response.json()["id"])
+
+    def upload_file(self, kb_id: str, path: Path, **fields: str) -> dict[str, Any]:
+        with path.open("rb") as handle:
+            response = self.client.post(
+                f"/v1/knowledge-bases/{kb_id}/documents", files={"file": (path.name, handle)}, data=fields
+            )
+        assert response.status_code == 202, response.text
+        body: dict[str, Any] = response.json()
+        return body
+
+    def wait_document(self, kb_id: str, document_id: str, timeout_s: float = 300) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            document: dict[str, Any] = self.client.get(f"/v1/knowledge-bases/{kb_id}/documents/{document_id}").json()
+            if document["status"] in ("done", "failed"):
+                return document
+            time.sleep(0.3)
+        raise AssertionError(f"document {document_id} still {document['status']} after {timeout_s} s")
+
+    def search(self, query: str, kb_ids: list[str], top_k: int = 5) -> list[dict[str, Any]]:
+        response = self.client.post("/v1/search", json={"query": query, "knowledge_base_ids": kb_ids, "top_k": top_k})
+        assert response.status_code == 200, response.text
+        results: list[dict[str, Any]] = response.json()["results"]
+        return results
+
+
+@pytest.fixture(scope="session")
+def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
+    workdir = tmp_path_factory.mktemp("ragkb-e2e")
+    env = {
+        **os.environ,
+        "RAGKB_TEST_CWD": str(workdir),
+        "RAGKB_API__PORT": str(free_port()),
+        "RAGKB_RETRIEVER__PORT": str(free_port()),
+        "RAGKB_WORKER__PORT": str(free_port()),
+        "RAGKB_DATABASE__URL": f"sqlite:///{workdir / 'ragkb.db'}",
+        "RAGKB_BLOBS__ROOT": str(workdir / "blobs"),
+        "RAGKB_QDRANT__PATH": str(workdir / "index"),
+        # A Redis database of its own, so a developer's running instance never takes these tasks.
+        "RAGKB_REDIS__URL": "redis://127.0.0.1:6379/11",
+        "RAGKB_LIMITS__MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
+        "RAGKB_TASKS__SWEEP_INTERVAL_S": "2",
+        "RAGKB_TASKS__LEASE_S": "20",
+    }
+    env.pop("RAGKB_RETRIEVER__URL", None)
+    _flush_redis_db(11)
+    service = RunningRagkb(env=env, log_path=workdir / "ragkb.log")
+    service.start()
+    yield service
+    service.stop()
+    service.client.close()
+
+
+def _flush_redis_db(db: int) -> None:
+    import redis
+
+    redis.Redis(host="127.0.0.1", port=6379, db=db).flushdb()

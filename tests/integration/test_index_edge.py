@@ -1,0 +1,246 @@
+"""What only the embedded Edge index has to get right: one owner per directory, durability of
+acknowledged writes, background upkeep, and many threads sharing one set of open shards."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
+
+from ragkb_core import ids
+from ragkb_core.contracts import ScopeFilter, SparseTerms
+from ragkb_core.errors import Conflict, NotFound, Unavailable
+from ragkb_core.settings import QdrantSettings
+from ragkb_retriever.index import build_index
+from ragkb_retriever.index.edge import EdgeIndex
+from ragkb_retriever.index.edge_shards import ShardClosedError, ShardHandle, ShardMaintainer
+from ragkb_retriever.index.port import IndexPoint
+
+pytestmark = pytest.mark.integration
+
+DIM = 16
+KB = "a0b1"
+
+
+def _points(kb_id: str, document_id: str, count: int, seed: int = 0) -> list[IndexPoint]:
+    rng = random.Random(f"{seed}-{document_id}")
+    return [
+        IndexPoint(
+            id=ids.point_id(kb_id, document_id, 1, ordinal),
+            dense=[rng.gauss(0, 1) for _ in range(DIM)],
+            sparse=SparseTerms(indices=sorted(rng.sample(range(100), 5)), values=[1.0] * 5),
+            payload={"kb_id": kb_id, "document_id": document_id, "version": 1, "ordinal": ordinal, "labels": []},
+        )
+        for ordinal in range(count)
+    ]
+
+
+def _search(index: EdgeIndex, kb_id: str) -> int:
+    sparse = SparseTerms(indices=[1, 2, 3], values=[1.0, 1.0, 1.0])
+    results = index.search(kb_id, [0.5] * DIM, sparse, ScopeFilter(), 10, 40, 61)
+    return len(results.fused)
+
+
+def _shard(path: Path) -> EdgeShard:
+    return EdgeShard.create(str(path), EdgeConfig(vectors={"dense": EdgeVectorParams(DIM, Distance.Cosine)}))
+
+
+def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> QdrantSettings:
+    return QdrantSettings(path=tmp_path / "index", optimize_after_points=10_000)
+
+
+@pytest.fixture
+def index(settings: QdrantSettings) -> Iterator[EdgeIndex]:
+    edge = EdgeIndex(settings)
+    yield edge
+    edge.close()
+
+
+CRASHING_WRITER = """
+import os, sys
+from ragkb_core.settings import QdrantSettings
+from ragkb_retriever.index import build_index
+from ragkb_retriever.index.edge import EdgeIndex
+from tests.integration.test_index_edge import KB, _points
+index = EdgeIndex(QdrantSettings(path=sys.argv[1]), flush_interval_s=3600)
+index.create_kb(KB, 16)
+for number in range(5):
+    index.upsert(KB, _points(KB, f"doc{number}", 20))
+index.delete_document(KB, "doc4")
+print("acknowledged", flush=True)
+os._exit(0)  # no close, no flush: what a killed process leaves
+"""
+
+
+def test_acknowledged_writes_survive_a_killed_process(settings: QdrantSettings) -> None:
+    root = Path(__file__).resolve().parents[2]
+    done = subprocess.run(
+        [sys.executable, "-c", CRASHING_WRITER, str(settings.path)],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert "acknowledged" in done.stdout
+    reopened = EdgeIndex(settings)
+    try:
+        assert reopened.count(KB) == 80
+        assert reopened.count(KB, "doc4") == 0
+        assert _search(reopened, KB) == 10
+    finally:
+        reopened.close()
+
+
+def test_the_embedded_index_is_the_default(settings: QdrantSettings) -> None:
+    # Not tried with a URL here: qdrant-client checks the server's version from a thread at
+    # construction, and warns when nothing answers.
+    embedded = build_index(settings)
+    assert isinstance(embedded, EdgeIndex)
+    embedded.close()
+
+
+def test_one_process_owns_an_index_directory(settings: QdrantSettings) -> None:
+    first = EdgeIndex(settings)
+    with pytest.raises(Conflict):
+        EdgeIndex(settings)
+    first.close()
+    EdgeIndex(settings).close()
+
+
+def test_a_closed_index_refuses_calls_and_closes_once(index: EdgeIndex) -> None:
+    index.create_kb(KB, DIM)
+    index.close()
+    index.close()
+    with pytest.raises(Unavailable):
+        index.kb_exists(KB)
+    with pytest.raises(Unavailable):
+        index.upsert(KB, _points(KB, "d", 1))
+
+
+def test_a_generation_left_by_a_crashed_drop_is_not_revived(settings: QdrantSettings) -> None:
+    index = EdgeIndex(settings)
+    index.create_kb(KB, DIM)
+    index.upsert(KB, _points(KB, "d", 30))
+    index.close()
+    # A drop removes the alias first; a crash right after leaves the shard directory behind.
+    (settings.path / f"{ids.alias_name(KB)}.alias").unlink()
+    index = EdgeIndex(settings)
+    try:
+        assert not index.kb_exists(KB)
+        index.create_kb(KB, DIM)
+        assert index.count(KB) == 0
+    finally:
+        index.close()
+
+
+def test_optimize_builds_the_index_and_keeps_results(index: EdgeIndex) -> None:
+    index.create_kb(KB, DIM)
+    for number in range(10):
+        index.upsert(KB, _points(KB, f"doc{number}", 50))
+    before = index.search(KB, [0.5] * DIM, None, ScopeFilter(), 10, 40, 61)
+    index.optimize(KB)
+    assert index.search(KB, [0.5] * DIM, None, ScopeFilter(), 10, 40, 61) == before
+
+
+def test_the_maintainer_optimises_a_shard_asked_for_in_the_background(tmp_path: Path) -> None:
+    handle = ShardHandle("s", _shard(tmp_path / "s"))
+    maintainer = ShardMaintainer(lambda: [handle], flush_interval_s=0.05)
+    try:
+        assert handle.record_write(500) == 500
+        for _ in range(3):  # asked for repeatedly, queued once
+            maintainer.request_optimize(handle)
+        _wait_for(lambda: handle.record_write() == 0)
+    finally:
+        maintainer.stop()
+        handle.close()
+
+
+def test_a_closed_shard_refuses_new_calls_after_the_running_ones(tmp_path: Path) -> None:
+    handle = ShardHandle("s", _shard(tmp_path / "s"))
+    entered, release = threading.Event(), threading.Event()
+
+    def long_call() -> None:
+        with handle.use():
+            entered.set()
+            release.wait(10)
+
+    caller = threading.Thread(target=long_call)
+    caller.start()
+    entered.wait(10)
+    closer = threading.Thread(target=handle.close)
+    closer.start()
+    time.sleep(0.1)
+    assert closer.is_alive()  # waits for the call in flight
+    release.set()
+    closer.join(10)
+    caller.join(10)
+    with pytest.raises(ShardClosedError), handle.use():
+        pass
+
+
+def test_threads_share_the_index_while_kbs_come_and_go(settings: QdrantSettings) -> None:
+    index = EdgeIndex(settings.model_copy(update={"optimize_after_points": 300}), flush_interval_s=0.2)
+    index.create_kb(KB, DIM)
+    index.upsert(KB, _points(KB, "seed", 100))
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def guarded(work: Callable[[], None]) -> Callable[[], None]:
+        def run() -> None:
+            try:
+                while not stop.is_set():
+                    work()
+            except BaseException as exc:  # the test reports whatever a thread hit
+                errors.append(exc)
+
+        return run
+
+    written = iter(range(10**6))
+
+    def write() -> None:
+        index.upsert(KB, _points(KB, f"w{next(written)}", 25))
+
+    def churn() -> None:
+        index.create_kb("c0c1", DIM)
+        index.upsert("c0c1", _points("c0c1", "x", 10))
+        index.drop_kb("c0c1")
+
+    def search_churning_kb() -> None:
+        # Dropped between calls: NotFound is the answer a caller gets for a KB that is gone.
+        with contextlib.suppress(NotFound):
+            _search(index, "c0c1")
+
+    def search() -> None:
+        _search(index, KB)
+
+    workers = [guarded(search) for _ in range(3)]
+    workers += [guarded(write), guarded(churn), guarded(search_churning_kb)]
+    threads = [threading.Thread(target=work) for work in workers]
+    for thread in threads:
+        thread.start()
+    time.sleep(3)
+    stop.set()
+    for thread in threads:
+        thread.join(60)
+    try:
+        assert errors == []
+        assert index.count(KB) == 100 + 25 * next(written)
+    finally:
+        index.close()

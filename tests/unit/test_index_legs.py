@@ -1,0 +1,63 @@
+"""Which legs a search runs, and how their results become LegResults: shared by both adapters."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragkb_core.contracts import ScopeFilter, SparseTerms
+from ragkb_core.errors import InvalidInput
+from ragkb_retriever.index.port import DenseLeg, FusedLeg, IndexHit, KeywordLeg, Leg, assemble, plan_legs
+
+VECTOR = [0.1, 0.2]
+TERMS = SparseTerms(indices=[7], values=[1.0])
+OPEN = ScopeFilter()
+
+
+def _plan(dense: list[float] | None, sparse: SparseTerms | None, scope: ScopeFilter = OPEN) -> tuple[Leg, ...]:
+    return plan_legs(dense, sparse, scope, limit=3, candidate_limit=10, rrf_k=61)
+
+
+def _hits(*ids: str) -> list[IndexHit]:
+    return [IndexHit(id=point_id, score=1.0 / (rank + 1), payload={}) for rank, point_id in enumerate(ids)]
+
+
+def test_a_hybrid_search_runs_both_legs_and_their_fusion() -> None:
+    dense, keyword = DenseLeg(VECTOR), KeywordLeg(TERMS)
+    assert _plan(VECTOR, TERMS) == (dense, keyword, FusedLeg(dense, keyword, limit=3, rrf_k=61))
+
+
+def test_without_a_dense_vector_only_the_keyword_leg_runs() -> None:
+    assert _plan(None, TERMS) == (KeywordLeg(TERMS),)
+
+
+@pytest.mark.parametrize("sparse", [None, SparseTerms(indices=[], values=[])])
+def test_without_query_terms_only_the_dense_leg_runs(sparse: SparseTerms | None) -> None:
+    assert _plan(VECTOR, sparse) == (DenseLeg(VECTOR),)
+
+
+def test_nothing_runs_without_a_query_or_with_a_scope_that_grants_nothing() -> None:
+    assert _plan(None, None) == ()
+    assert _plan(VECTOR, TERMS, ScopeFilter(document_ids=[])) == ()
+
+
+@pytest.mark.parametrize(("limit", "candidates", "rrf_k"), [(0, 10, 61), (3, 0, 61), (3, 10, 0)])
+def test_limits_and_k_below_one_are_rejected(limit: int, candidates: int, rrf_k: int) -> None:
+    with pytest.raises(InvalidInput):
+        plan_legs(VECTOR, TERMS, OPEN, limit=limit, candidate_limit=candidates, rrf_k=rrf_k)
+
+
+def test_a_hybrid_batch_maps_each_result_to_its_leg() -> None:
+    legs = _plan(VECTOR, TERMS)
+    results = assemble(legs, [_hits("a", "b"), _hits("c"), _hits("c", "a")], limit=3)
+    assert [hit.id for hit in results.dense] == ["a", "b"]
+    assert [hit.id for hit in results.keyword] == ["c"]
+    assert [hit.id for hit in results.fused] == ["c", "a"]
+
+
+def test_a_single_leg_is_its_own_fusion_cut_to_the_limit() -> None:
+    dense_only = assemble((DenseLeg(VECTOR),), [_hits("a", "b", "c", "d")], limit=3)
+    assert [hit.id for hit in dense_only.fused] == ["a", "b", "c"]
+    assert dense_only.keyword == []
+    keyword_only = assemble((KeywordLeg(TERMS),), [_hits("x", "y")], limit=3)
+    assert [hit.id for hit in keyword_only.fused] == ["x", "y"]
+    assert keyword_only.dense == []

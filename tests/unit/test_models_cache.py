@@ -1,0 +1,68 @@
+"""Build-once artefacts in the model cache: complete ones are reused, partial or stale ones rebuilt."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ragkb_models.cache import build_file, build_folder, file_is_complete, folder_is_complete
+
+PROVENANCE = {"source_sha256": "abc", "converter": 1}
+
+
+def write_two_files(folder: Path) -> None:
+    (folder / "sub").mkdir(parents=True)
+    (folder / "weights.bin").write_bytes(b"x" * 100)
+    (folder / "sub" / "config.json").write_text("{}")
+
+
+def test_a_built_folder_is_complete_for_its_own_provenance_only(tmp_path: Path) -> None:
+    target = tmp_path / "model"
+    assert not folder_is_complete(target, PROVENANCE)
+    build_folder(target, PROVENANCE, write_two_files)
+    assert folder_is_complete(target, PROVENANCE)
+    assert not folder_is_complete(target, {**PROVENANCE, "converter": 2})
+    # Nothing of the temporary build is left next to it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "delete", "unmark"])
+def test_a_damaged_folder_is_not_complete_and_is_replaced_by_a_rebuild(tmp_path: Path, damage: str) -> None:
+    target = tmp_path / "model"
+    build_folder(target, PROVENANCE, write_two_files)
+    if damage == "truncate":
+        (target / "weights.bin").write_bytes(b"x" * 10)
+    elif damage == "delete":
+        (target / "sub" / "config.json").unlink()
+    else:
+        (target / ".ragkb-build.json").unlink()
+    assert not folder_is_complete(target, PROVENANCE)
+    build_folder(target, PROVENANCE, write_two_files)
+    assert folder_is_complete(target, PROVENANCE)
+    assert (target / "weights.bin").stat().st_size == 100
+
+
+def test_a_failed_build_leaves_the_previous_folder_and_no_leftovers(tmp_path: Path) -> None:
+    target = tmp_path / "model"
+    build_folder(target, PROVENANCE, write_two_files)
+
+    def fail_halfway(folder: Path) -> None:
+        folder.mkdir()
+        (folder / "weights.bin").write_bytes(b"partial")
+        raise RuntimeError("disk full")
+
+    with pytest.raises(RuntimeError):
+        build_folder(target, {**PROVENANCE, "converter": 2}, fail_halfway)
+    assert folder_is_complete(target, PROVENANCE)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+
+
+def test_a_built_file_is_complete_until_it_changes_size(tmp_path: Path) -> None:
+    target = tmp_path / "onnx" / "model.onnx"
+    build_file(target, PROVENANCE, lambda tmp: tmp.write_bytes(b"graph"))
+    assert target.read_bytes() == b"graph"
+    assert file_is_complete(target, PROVENANCE)
+    assert not file_is_complete(target, {**PROVENANCE, "source_sha256": "def"})
+    target.write_bytes(b"gra")
+    assert not file_is_complete(target, PROVENANCE)
