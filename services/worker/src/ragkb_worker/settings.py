@@ -5,12 +5,12 @@ from pydantic_settings import BaseSettings
 
 from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
-    HttpServerSettings,
     AnalyzerSettings,
     BlobSettings,
     ChunkingSettings,
     DatabaseSettings,
     EmbeddingSettings,
+    HttpServerSettings,
     LimitSettings,
     RedisSettings,
     RetrieverClientSettings,
