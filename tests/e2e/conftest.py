@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import redis
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
@@ -108,6 +110,7 @@ class RunningRagkb:
 @pytest.fixture(scope="session")
 def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
     workdir = tmp_path_factory.mktemp("ragkb-e2e")
+    redis_db = random.randint(1, 15)
     env = {
         **os.environ,
         "RAGKB_TEST_CWD": str(workdir),
@@ -117,14 +120,15 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         "RAGKB_DATABASE__URL": f"sqlite:///{workdir / 'ragkb.db'}",
         "RAGKB_BLOBS__ROOT": str(workdir / "blobs"),
         "RAGKB_QDRANT__PATH": str(workdir / "index"),
-        # A Redis database of its own, so a developer's running instance never takes these tasks.
-        "RAGKB_REDIS__URL": "redis://127.0.0.1:6379/11",
+        # A Redis database of its own, so a developer's running instance (database 0) or another test run
+        # never takes these tasks.
+        "RAGKB_REDIS__URL": f"redis://127.0.0.1:6379/{redis_db}",
         "RAGKB_LIMITS__MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
         "RAGKB_TASKS__SWEEP_INTERVAL_S": "2",
         "RAGKB_TASKS__LEASE_S": "20",
     }
     env.pop("RAGKB_RETRIEVER__URL", None)
-    _flush_redis_db(11)
+    _flush_redis_db(redis_db)
     service = RunningRagkb(env=env, log_path=workdir / "ragkb.log")
     service.start()
     yield service
@@ -133,6 +137,4 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
 
 
 def _flush_redis_db(db: int) -> None:
-    import redis
-
     redis.Redis(host="127.0.0.1", port=6379, db=db).flushdb()

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.e2e.conftest import RunningRagkb
@@ -151,3 +154,33 @@ def test_every_service_reports_health_and_readiness(ragkb: RunningRagkb) -> None
     ready = ragkb.client.get("/ready").json()
     assert ready["checks"] == {"database": True, "redis": True, "retriever": True}
     assert "/v1/search" in ragkb.client.get("/schema/openapi.json").json()["paths"]
+
+
+def test_concurrent_versions_of_one_document_leave_exactly_one_version_indexed(ragkb: RunningRagkb) -> None:
+    kb_id = ragkb.create_kb("concurrent-versions")
+    texts = [f"Revision {n}: the library closes at {n + 5} pm.\n\nIt reopens at 9 am." for n in range(6)]
+
+    def upload(text: str) -> dict[str, object]:
+        return upload_text(ragkb, kb_id, text, source_id="notes/library")
+
+    with ThreadPoolExecutor(6) as pool:
+        accepted = list(pool.map(upload, texts))
+    assert len({a["id"] for a in accepted}) == 1
+    document_id = str(accepted[0]["id"])
+    final = wait_for_version(ragkb, kb_id, document_id, version=6)
+    assert final["status"] == "done"
+    retriever = f"http://127.0.0.1:{ragkb.env['RAGKB_RETRIEVER__PORT']}/internal/v1/kbs/{kb_id}/count"
+    indexed = httpx.get(retriever, params={"document_id": document_id}).json()["count"]
+    assert indexed == final["chunk_count"]
+    results = ragkb.search("When does the library close?", [kb_id], top_k=10)
+    assert {r["version"] for r in results} == {6}
+
+
+def wait_for_version(ragkb: RunningRagkb, kb_id: str, document_id: str, version: int) -> dict[str, object]:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        document = ragkb.wait_document(kb_id, document_id)
+        if document["indexed_version"] == version and document["status"] == "done":
+            return document
+        time.sleep(0.5)
+    raise AssertionError(f"version {version} never became live: {document}")

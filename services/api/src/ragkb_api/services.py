@@ -117,9 +117,9 @@ class DocumentService:
         with self._sessions() as session:
             _load_kb(session, kb_id)
         sha = self._blobs.put(upload.data)
-        document, replaced_blob, changed = self._record_version(kb_id, fields, upload, media_type, sha)
+        document, replaced_blob, changed = self._record_version_retrying(kb_id, fields, upload, media_type, sha)
         if changed:
-            enqueue_ingest(self._queue, document.id)
+            self._enqueue(document.id)
         if replaced_blob:
             _delete_unreferenced_blobs(self._sessions, self._blobs, {replaced_blob})
         return DocumentAccepted(**_document_out(document).model_dump(), unchanged=not changed)
@@ -152,6 +152,21 @@ class DocumentService:
             raise PayloadTooLarge(f"the document is larger than {self._limits.max_upload_bytes} bytes")
         if not upload.data.strip():
             raise InvalidInput("the document is empty")
+
+    def _enqueue(self, document_id: str) -> None:
+        try:
+            enqueue_ingest(self._queue, document_id)
+        except Exception:  # the broker is down: the document is recorded, the worker's sweeper queues it later
+            _log.warning("could not queue document %s now; the sweeper will queue it", document_id, exc_info=True)
+
+    def _record_version_retrying(
+        self, kb_id: str, fields: DocumentFields, upload: Upload, media_type: str, sha: str
+    ) -> tuple[Document, str | None, bool]:
+        """Two first uploads of one source_id may race to insert it: the loser retries as an update."""
+        try:
+            return self._record_version(kb_id, fields, upload, media_type, sha)
+        except IntegrityError:
+            return self._record_version(kb_id, fields, upload, media_type, sha)
 
     def _record_version(
         self, kb_id: str, fields: DocumentFields, upload: Upload, media_type: str, sha: str
