@@ -7,6 +7,7 @@ owner), the worker, and the api; each must answer before the next starts. If any
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -23,12 +24,15 @@ class Service:
     name: str
     module: str
     ready_url: str | None
+    # Workers are disposable: one that dies (killed, out of memory) is started again, and the documents it
+    # held are re-queued once their lease runs out. The api and retriever going down stops everything.
+    restart_on_exit: bool = False
 
 
 def _services(api_port: int, retriever_port: int, worker_port: int) -> list[Service]:
     return [
         Service("retriever", "ragkb_retriever", f"http://127.0.0.1:{retriever_port}/ready"),
-        Service("worker", "ragkb_worker", f"http://127.0.0.1:{worker_port}/ready"),
+        Service("worker", "ragkb_worker", f"http://127.0.0.1:{worker_port}/ready", restart_on_exit=True),
         Service("api", "ragkb_api", f"http://127.0.0.1:{api_port}/ready"),
     ]
 
@@ -64,15 +68,32 @@ def _stop(processes: list[subprocess.Popen[bytes]]) -> None:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        _kill_group(process.pid)
 
 
-def _supervise(processes: list[subprocess.Popen[bytes]]) -> int:
+def _kill_group(pid: int) -> None:
+    """Leave nothing behind: children a service did not stop itself (e.g. an orphaned pool process)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+def _supervise(services: list[Service], processes: list[subprocess.Popen[bytes]], env: dict[str, str]) -> int:
     while True:
-        for process in processes:
-            if process.poll() is not None:
-                print(f"launcher: a service exited with status {process.returncode}; stopping all", flush=True)
+        for index, (service, process) in enumerate(zip(services, processes, strict=True)):
+            if process.poll() is None:
+                continue
+            if not service.restart_on_exit:
+                print(f"launcher: {service.name} exited with status {process.returncode}; stopping all", flush=True)
                 return 1
+            print(f"launcher: {service.name} exited with status {process.returncode}; starting it again", flush=True)
+            _kill_group(process.pid)  # its pool processes may have outlived it
+            processes[index] = _start(service, env)
         time.sleep(0.5)
+
+
+def _start(service: Service, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    # Each service in its own process group, so that stopping one also stops its children (Celery's pool).
+    return subprocess.Popen([sys.executable, "-m", service.module], env=env, start_new_session=True)
 
 
 def main() -> int:
@@ -89,8 +110,9 @@ def main() -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
         _prepare(env)
-        for service in _services(api_port, retriever_port, worker_port):
-            process = subprocess.Popen([sys.executable, "-m", service.module], env=env)
+        services = _services(api_port, retriever_port, worker_port)
+        for service in services:
+            process = _start(service, env)
             processes.append(process)
             if service.ready_url:
                 _wait_ready(service.ready_url, process, args.ready_timeout)
@@ -101,7 +123,7 @@ def main() -> int:
             f"  worker     http://127.0.0.1:{worker_port}/ready (health only)\nPress Ctrl-C to stop.\n",
             flush=True,
         )
-        return _supervise(processes)
+        return _supervise(services, processes, env)
     except KeyboardInterrupt:
         return 0
     finally:

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import redis
 import pytest
+import redis
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 600

@@ -36,6 +36,10 @@ class RetrieverClient:
         query = {name: value for name, value in params.items() if value is not None}
         self._call("DELETE", f"/kbs/{kb_id}/documents/{document_id}", params=query)
 
+    def set_document_payload(self, kb_id: str, document_id: str, fields: dict[str, Any]) -> None:
+        """Merge `fields` into the payload of every chunk of the document (metadata-only changes)."""
+        self._call("PATCH", f"/kbs/{kb_id}/documents/{document_id}", json=fields)
+
     def count_points(self, kb_id: str, document_id: str | None = None) -> int:
         params = {"document_id": document_id} if document_id else {}
         data = self._call("GET", f"/kbs/{kb_id}/count", params=params)

@@ -53,6 +53,25 @@ class DocumentFields(BaseModel):
         return labels
 
 
+class DocumentPatch(BaseModel):
+    """Metadata-only change: applied to the index payload in place, nothing is re-embedded."""
+
+    title: str | None = Field(default=None, min_length=1, max_length=1024)
+    source_id: str | None = Field(default=None, min_length=1, max_length=1024)
+    labels: list[str] | None = Field(default=None, max_length=MAX_LABELS)
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("labels")
+    @classmethod
+    def _labels_are_short(cls, labels: list[str] | None) -> list[str] | None:
+        if labels is not None:
+            DocumentFields._labels_are_short(labels)
+        return labels
+
+    def changes(self) -> dict[str, Any]:
+        return self.model_dump(exclude_none=True)
+
+
 class TextDocumentCreate(DocumentFields):
     text: str = Field(min_length=1)
 

@@ -6,6 +6,7 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import Any
 
 from celery import Celery
 from sqlalchemy import delete, func, select
@@ -16,6 +17,7 @@ from ragkb_api.schemas import (
     DocumentAccepted,
     DocumentFields,
     DocumentOut,
+    DocumentPatch,
     KnowledgeBaseCreate,
     KnowledgeBaseOut,
     SearchRequest,
@@ -136,6 +138,35 @@ class DocumentService:
         with self._sessions() as session:
             return _document_out(_load_document(session, kb_id, document_id))
 
+    def update(self, kb_id: str, document_id: str, patch: DocumentPatch) -> DocumentOut:
+        changes = patch.changes()
+        if not changes:
+            raise InvalidInput("nothing to change: give title, source_id, labels or metadata")
+        with transaction(self._sessions) as session:
+            document = _load_document(session, kb_id, document_id)
+            if "source_id" in changes:
+                _ensure_source_id_free(session, kb_id, changes["source_id"], document_id)
+            _apply_patch(document, changes)
+            session.flush()
+            # Inside the transaction: if the index refuses, the database keeps the old values too.
+            if document.indexed_version is not None:
+                self._retriever.set_document_payload(kb_id, document_id, changes)
+            return _document_out(document)
+
+    def retry(self, kb_id: str, document_id: str) -> DocumentOut:
+        """Queue a failed document again, from its stored original."""
+        with transaction(self._sessions) as session:
+            document = _load_document(session, kb_id, document_id)
+            if document.status != DocumentStatus.FAILED:
+                raise Conflict(f"only a failed document can be retried; this one is {document.status}")
+            document.status = DocumentStatus.PENDING
+            document.error = None
+            document.attempts = 0
+            session.add(Job(id=new_id(), kind="ingest", kb_id=kb_id, document_id=document_id, status=JobStatus.QUEUED))
+            out = _document_out(document)
+        self._enqueue(document_id)
+        return out
+
     def delete(self, kb_id: str, document_id: str) -> None:
         with self._sessions() as session:
             _load_document(session, kb_id, document_id)
@@ -229,6 +260,19 @@ def _load_kb(session: Session, kb_id: str) -> KnowledgeBase:
     return kb
 
 
+def _ensure_source_id_free(session: Session, kb_id: str, source_id: str, document_id: str) -> None:
+    other = session.scalars(
+        select(Document.id).where(Document.kb_id == kb_id, Document.source_id == source_id, Document.id != document_id)
+    ).first()
+    if other is not None:
+        raise Conflict(f"source_id {source_id!r} already names document {other} in this knowledge base")
+
+
+def _apply_patch(document: Document, changes: dict[str, Any]) -> None:
+    for field, value in changes.items():
+        setattr(document, "metadata_" if field == "metadata" else field, value)
+
+
 def _load_document(session: Session, kb_id: str, document_id: str) -> Document:
     document = session.get(Document, document_id)
     if document is None or document.kb_id != kb_id:
@@ -253,7 +297,7 @@ def _upsert_version(
     media_type: str,
     sha: str,
 ) -> tuple[Document, str | None]:
-    document = existing or Document(id=new_id(), kb_id=kb_id, source_id=source_id, version=0)
+    document = existing or Document(id=new_id(), kb_id=kb_id, source_id=source_id)
     replaced = existing.blob_sha256 if existing is not None and existing.blob_sha256 != sha else None
     document.title = fields.title or (existing.title if existing else None) or _default_title(source_id, upload)
     document.filename = upload.filename
@@ -263,13 +307,17 @@ def _upsert_version(
     document.labels = fields.labels
     document.metadata_ = fields.metadata
     document.doc_type = fields.doc_type
-    document.version += 1
+    # Incremented in SQL, in the same UPDATE that sets the new blob: concurrent uploads of one document each
+    # get their own version, and a version number always names the content it was given with (SQLite has
+    # no row locks, so a read-then-write here would lose updates).
+    document.version = Document.version + 1 if existing is not None else 1
     document.status = DocumentStatus.PENDING
     document.error = None
     document.attempts = 0
     document.lease_until = None
     session.add(document)
     session.flush()
+    session.refresh(document, ["version"])
     return document, replaced
 
 

@@ -9,6 +9,9 @@ from ragkb_core.errors import InvalidInput, NotFound
 from ragkb_core.ids import point_id
 from ragkb_retriever.index.port import IndexPoint, VectorIndex
 
+# Metadata-only changes touch these payload fields; the rest (text, version, ordinal, …) needs a re-index.
+PATCHABLE_PAYLOAD_FIELDS = frozenset({"title", "source_id", "labels", "metadata"})
+
 
 class IndexService:
     def __init__(self, index: VectorIndex, embedding_model: str, dense_size: int, analyzer_version: str) -> None:
@@ -41,6 +44,13 @@ class IndexService:
         if keep_version is not None and only_version is not None:
             raise InvalidInput("give keep_version or only_version, not both")
         self._index.delete_document(kb_id, document_id, keep_version=keep_version, only_version=only_version)
+
+    def set_document_payload(self, kb_id: str, document_id: str, fields: dict[str, Any]) -> None:
+        self._require_kb(kb_id)
+        unknown = set(fields) - PATCHABLE_PAYLOAD_FIELDS
+        if unknown:
+            raise InvalidInput(f"these payload fields cannot be changed in place: {', '.join(sorted(unknown))}")
+        self._index.set_document_payload(kb_id, document_id, fields)
 
     def count(self, kb_id: str, document_id: str | None) -> int:
         self._require_kb(kb_id)

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
-from litestar import Controller, delete, get, post, put
+from litestar import Controller, delete, get, patch, post, put
 from litestar.params import Parameter
 
 from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo, SearchQuery, SearchResult
@@ -44,6 +44,12 @@ class IndexController(Controller):
         only_version: Annotated[int | None, Parameter(ge=1)] = None,
     ) -> None:
         index_service.delete_document(kb_id, document_id, keep_version, only_version)
+
+    @patch("/{kb_id:str}/documents/{document_id:str}", status_code=204, sync_to_thread=True)
+    def set_document_payload(
+        self, kb_id: str, document_id: str, data: dict[str, Any], index_service: IndexService
+    ) -> None:
+        index_service.set_document_payload(kb_id, document_id, data)
 
     @get("/{kb_id:str}/count", sync_to_thread=True, summary="Count a KB's points, optionally of one document")
     def count(self, kb_id: str, index_service: IndexService, document_id: str | None = None) -> dict[str, int]:

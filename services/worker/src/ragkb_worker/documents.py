@@ -60,15 +60,18 @@ class DocumentLedger:
             _mark_job(session, document_id, JobStatus.RUNNING)
             return _claim_of(document)
 
-    def renew(self, claim: Claim) -> bool:
-        """Extend the lease; False when the version changed or the document is gone (stop working on it)."""
+    def renew(self, claim: Claim) -> Claim | None:
+        """Extend the lease and return the document's current title, labels and metadata (a PATCH may have
+        changed them meanwhile); None when the version changed or the document is gone: stop working on it."""
         with transaction(self._sessions) as session:
             renewed = session.execute(
                 update(Document)
                 .where(Document.id == claim.document_id, Document.version == claim.version)
                 .values(lease_until=utcnow() + self._lease)
             ).rowcount  # type: ignore[attr-defined]
-        return bool(renewed)
+            if not renewed:
+                return None
+            return _claim_of(session.get_one(Document, claim.document_id))
 
     def finish(self, claim: Claim, chunk_count: int, timings: dict[str, float], report: dict[str, Any]) -> bool:
         """Mark the claimed version live. False when a newer version arrived meanwhile (this one is stale)."""

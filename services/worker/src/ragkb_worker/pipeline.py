@@ -23,6 +23,8 @@ from ragkb_worker.documents import Claim, DocumentLedger
 from ragkb_worker.parsing import parse
 
 _log = logging.getLogger("ragkb.worker")
+# Chunks embedded between two lease renewals: ~10 s of work on 2 cores, far inside the default lease.
+EMBED_SLICE = 128
 
 
 class PassageEncoder(Protocol):
@@ -73,18 +75,34 @@ class IngestPipeline:
 
     def run(self, claim: Claim) -> IngestOutcome:
         clock = StageClock()
+        superseded = IngestOutcome(claim.document_id, "superseded")
         chunks, report = self._prepare(claim, clock)
-        self._ledger.renew(claim)
+        # Renewing between stages keeps the lease alive and notices a newer upload early.
+        if (current := self._ledger.renew(claim)) is None:
+            return superseded
         with clock.stage("embed"):
-            embed_texts = [embedding_text(claim.title, chunk) for chunk in chunks]
-            dense = self._encoder.embed_passages(embed_texts)
-            sparse = [self._bm25.encode_document(text) for text in embed_texts]
-        if not self._ledger.renew(claim):
-            return IngestOutcome(claim.document_id, "superseded")
+            embed_texts = [embedding_text(current.title, chunk) for chunk in chunks]
+            embedded = self._embed(current, embed_texts)
+        if embedded is None or (current := self._ledger.renew(current)) is None:
+            return superseded
+        dense, sparse = embedded
         with clock.stage("index"):
-            points = _document_points(claim, chunks, dense, sparse, self._bm25.version)
+            points = _document_points(current, chunks, dense, sparse, self._bm25.version)
             self._retriever.write_document(points)
-        return self._settle(claim, len(chunks), clock, report)
+        return self._settle(current, len(chunks), clock, report)
+
+    def _embed(self, claim: Claim, texts: list[str]) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
+        """Dense and BM25 vectors, a slice at a time with the lease renewed in between, so that a large
+        document keeps its claim (and a superseded one stops early). None when superseded."""
+        dense_parts: list[NDArray[np.float32]] = []
+        sparse: list[SparseTerms] = []
+        for start in range(0, len(texts), EMBED_SLICE):
+            if start and self._ledger.renew(claim) is None:
+                return None
+            piece = texts[start : start + EMBED_SLICE]
+            dense_parts.append(self._encoder.embed_passages(piece))
+            sparse.extend(self._bm25.encode_document(text) for text in piece)
+        return np.concatenate(dense_parts), sparse
 
     def _prepare(self, claim: Claim, clock: StageClock) -> tuple[list[Chunk], dict[str, object]]:
         with clock.stage("parse"):

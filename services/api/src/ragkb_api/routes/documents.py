@@ -4,12 +4,12 @@ import json
 from typing import Annotated, Any, Literal
 
 from anyio.to_thread import run_sync
-from litestar import Controller, Request, delete, get, post
+from litestar import Controller, Request, delete, get, patch, post
 from litestar.datastructures import UploadFile
 from litestar.params import Parameter
 from pydantic import ValidationError
 
-from ragkb_api.schemas import DocumentAccepted, DocumentFields, DocumentOut, TextDocumentCreate
+from ragkb_api.schemas import DocumentAccepted, DocumentFields, DocumentOut, DocumentPatch, TextDocumentCreate
 from ragkb_api.services import DocumentService, Upload
 from ragkb_core.errors import InvalidInput, UnsupportedMediaType
 
@@ -45,6 +45,16 @@ class DocumentController(Controller):
     @get("/{document_id:str}", sync_to_thread=True, summary="Get a document's status, version and timings")
     def get_one(self, kb_id: str, document_id: str, document_service: DocumentService) -> DocumentOut:
         return document_service.get(kb_id, document_id)
+
+    @patch("/{document_id:str}", sync_to_thread=True, summary="Change title, source_id, labels or metadata")
+    def update(
+        self, kb_id: str, document_id: str, data: DocumentPatch, document_service: DocumentService
+    ) -> DocumentOut:
+        return document_service.update(kb_id, document_id, data)
+
+    @post("/{document_id:str}/retry", status_code=202, sync_to_thread=True, summary="Queue a failed document again")
+    def retry(self, kb_id: str, document_id: str, document_service: DocumentService) -> DocumentOut:
+        return document_service.retry(kb_id, document_id)
 
     @delete("/{document_id:str}", status_code=204, sync_to_thread=True, summary="Delete a document and its chunks")
     def remove(self, kb_id: str, document_id: str, document_service: DocumentService) -> None:
