@@ -58,6 +58,7 @@ def stage_shares(documents: list[dict[str, Any]]) -> dict[str, float]:
 
 def raw_encode_rate(corpus: list[dict[str, Any]], sample: int) -> dict[str, float]:
     """Chunk the same documents with the worker's chunker and time the model alone on those texts."""
+    from ragkb_core.kb_settings import KbChunking
     from ragkb_models import load_embedder
     from ragkb_worker.chunking import Chunker
     from ragkb_worker.parsing import parse
@@ -66,7 +67,7 @@ def raw_encode_rate(corpus: list[dict[str, Any]], sample: int) -> dict[str, floa
 
     settings = WorkerSettings()
     embedder = load_embedder(settings.embedding)
-    chunker = Chunker(embedder, settings.chunking)
+    chunker = Chunker(embedder, KbChunking())
     texts: list[str] = []
     for document in corpus:
         chunks, _ = chunker.chunk(parse("text/plain", document["text"].encode()))

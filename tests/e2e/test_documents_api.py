@@ -184,3 +184,53 @@ def wait_for_version(ragkb: RunningRagkb, kb_id: str, document_id: str, version:
             return document
         time.sleep(0.5)
     raise AssertionError(f"version {version} never became live: {document}")
+
+
+def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: RunningRagkb) -> None:
+    created = ragkb.client.post(
+        "/v1/knowledge-bases",
+        json={
+            "name": "tuned",
+            "chunking": {"target_tokens": 128, "max_tokens": 200, "noise_patterns": ["^Page \\d+$"]},
+        },
+    )
+    assert created.status_code == 201, created.text
+    kb = created.json()
+    assert kb["chunking"] == {
+        "target_tokens": 128,
+        "max_tokens": 200,
+        "overlap_tokens": 32,
+        "noise_patterns": ["^Page \\d+$"],
+    }
+    invalid = [
+        {"noise_patterns": ["(unclosed"]},
+        {"target_tokens": 300, "max_tokens": 200},
+        {"target_tokens": 64, "overlap_tokens": 64},
+        {"max_tokens": 4000},
+    ]
+    for chunking in invalid:
+        response = ragkb.client.post("/v1/knowledge-bases", json={"name": "bad-chunking", "chunking": chunking})
+        assert response.status_code == 422, (chunking, response.text)
+    changed = ragkb.client.patch(f"/v1/knowledge-bases/{kb['id']}", json={"chunking": {"target_tokens": 64}})
+    assert changed.status_code == 200 and changed.json()["chunking"]["target_tokens"] == 64
+    renamed = ragkb.client.patch(f"/v1/knowledge-bases/{kb['id']}", json={"name": "tuned-2", "description": "d"})
+    assert (renamed.json()["name"], renamed.json()["description"]) == ("tuned-2", "d")
+    ragkb.create_kb("taken")
+    assert ragkb.client.patch(f"/v1/knowledge-bases/{kb['id']}", json={"name": "taken"}).status_code == 409
+    assert ragkb.client.patch(f"/v1/knowledge-bases/{kb['id']}", json={}).status_code == 422
+    assert ragkb.client.patch("/v1/knowledge-bases/nope", json={"name": "x"}).status_code == 404
+
+
+def test_kb_noise_patterns_drop_boilerplate_lines(ragkb: RunningRagkb) -> None:
+    created = ragkb.client.post(
+        "/v1/knowledge-bases", json={"name": "noisy", "chunking": {"noise_patterns": ["^CONFIDENTIAL"]}}
+    )
+    kb_id = created.json()["id"]
+    text = (
+        "CONFIDENTIAL - internal use only\nThe server room door code changes every month.\nCONFIDENTIAL - do not share"
+    )
+    document = upload_text(ragkb, kb_id, text)
+    done = ragkb.wait_document(kb_id, str(document["id"]))
+    assert done["ingest_report"]["dropped"].get("noise") == 2
+    top = ragkb.search("server room door code", [kb_id])[0]
+    assert "CONFIDENTIAL" not in top["text"] and "door code" in top["text"]

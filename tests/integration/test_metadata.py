@@ -119,7 +119,7 @@ def test_finish_of_a_superseded_version_is_refused(sessions: sessionmaker[Sessio
     with transaction(sessions) as session:
         session.execute(update(Document).where(Document.id == document_id).values(version=2))
     assert ledger.finish(claim, 3, {}, {}) is False
-    assert ledger.renew(claim) is False
+    assert ledger.renew(claim) is None
     with sessions() as session:
         assert session.get_one(Document, document_id).indexed_version is None
 

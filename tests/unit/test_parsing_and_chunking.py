@@ -9,7 +9,8 @@ import pytest
 
 from ragkb_core.errors import ParseFailed
 from ragkb_core.formats import MARKDOWN, PLAIN_TEXT
-from ragkb_core.settings import ChunkingSettings
+from ragkb_core.kb_settings import KbChunking
+from ragkb_core.settings import LimitSettings
 from ragkb_worker.chunking import Chunker
 from ragkb_worker.parsing import decode_text, markdown_sections, parse, parse_markdown
 
@@ -22,7 +23,7 @@ class WordTokenizer:
 
 
 def chunker(target: int = 20, maximum: int = 30, overlap: int = 0) -> Chunker:
-    return Chunker(WordTokenizer(), ChunkingSettings(target_tokens=target, max_tokens=maximum, overlap_tokens=overlap))
+    return Chunker(WordTokenizer(), KbChunking(target_tokens=target, max_tokens=maximum, overlap_tokens=overlap))
 
 
 def test_markdown_sections_follow_the_heading_path() -> None:
@@ -43,7 +44,7 @@ def test_headings_inside_code_fences_are_not_headings() -> None:
 
 
 def test_heading_only_sections_produce_no_chunk() -> None:
-    document = parse_markdown(b"# Title\n## Empty section\n## Filled\nsome words here\n")
+    document = parse_markdown(b"# Title\n## Empty section\n## Filled\nsome words here\n", LimitSettings())
     chunks, _ = chunker().chunk(document)
     assert [(c.heading_path, c.text) for c in chunks] == [(("Title", "Filled"), "some words here")]
 
@@ -83,7 +84,7 @@ def test_overlap_carries_trailing_sentences_into_the_next_chunk() -> None:
 def test_japanese_sentences_split_at_full_stops() -> None:
     sentence = "これは日本語の文です。"
     text = sentence * 30
-    chunks, _ = Chunker(CharTokenizer(), ChunkingSettings(target_tokens=50, max_tokens=60, overlap_tokens=0)).chunk(
+    chunks, _ = Chunker(CharTokenizer(), KbChunking(target_tokens=50, max_tokens=60, overlap_tokens=0)).chunk(
         parse(PLAIN_TEXT, text.encode())
     )
     assert all(c.text.endswith("。") for c in chunks)

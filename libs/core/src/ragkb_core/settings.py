@@ -72,16 +72,21 @@ class AnalyzerSettings(BaseModel):
     avg_len: float = Field(default=200.0, gt=0)
 
 
-class ChunkingSettings(BaseModel):
-    target_tokens: int = Field(default=256, ge=16)
-    max_tokens: int = Field(default=400, ge=16, le=510)
-    overlap_tokens: int = Field(default=32, ge=0)
-
-
 class LimitSettings(BaseModel):
     max_upload_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     max_text_chars: int = Field(default=5_000_000, ge=1)
     max_query_chars: int = Field(default=2000, ge=1)
+    # Parsing limits, checked by the worker's parsers before the expensive step they guard.
+    max_pages: int = Field(
+        default=2000, ge=1, description="Most pages of a PDF, or slides of a PowerPoint file, that are parsed."
+    )
+    max_decompressed_bytes: int = Field(
+        default=200 * 1024 * 1024,
+        ge=1,
+        description="Most bytes a .docx/.xlsx/.pptx may unpack to (sum of its zip members), checked before "
+        "unpacking: a guard against zip bombs.",
+    )
+    max_chunks: int = Field(default=20_000, ge=1, description="Most chunks one document may be cut into.")
 
 
 class HttpServerSettings(BaseModel):

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator
 
 from ragkb_core.contracts import DocType, SearchHit
+from ragkb_core.kb_settings import KbChunking
 
 MAX_LABELS = 50
 MAX_LABEL_CHARS = 100
@@ -16,6 +17,7 @@ MAX_LABEL_CHARS = 100
 class KnowledgeBaseCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=2000)
+    chunking: KbChunking = Field(default_factory=KbChunking)
 
     @field_validator("name")
     @classmethod
@@ -25,12 +27,21 @@ class KnowledgeBaseCreate(BaseModel):
         return value.strip()
 
 
+class KnowledgeBaseUpdate(BaseModel):
+    """Rename or re-describe a KB, or change how documents ingested from now on are chunked."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=2000)
+    chunking: KbChunking | None = None
+
+
 class KnowledgeBaseOut(BaseModel):
     id: str
     name: str
     description: str
     embedding_model: str
     analyzer_version: str
+    chunking: KbChunking
     document_counts: dict[str, int]
     created_at: datetime
     updated_at: datetime

@@ -20,6 +20,7 @@ from ragkb_api.schemas import (
     DocumentPatch,
     KnowledgeBaseCreate,
     KnowledgeBaseOut,
+    KnowledgeBaseUpdate,
     SearchRequest,
     SearchResponse,
 )
@@ -30,6 +31,7 @@ from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, Knowl
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
 from ragkb_core.formats import PLAIN_TEXT, detect_media_type
 from ragkb_core.ids import new_id
+from ragkb_core.kb_settings import KbChunking
 from ragkb_core.queue import enqueue_ingest
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
@@ -66,6 +68,7 @@ class KnowledgeBaseService:
                         description=data.description,
                         embedding_model=index.embedding_model,
                         analyzer_version=index.analyzer_version,
+                        chunking=data.chunking.model_dump(),
                     )
                 )
         except IntegrityError as exc:
@@ -84,6 +87,21 @@ class KnowledgeBaseService:
         with self._sessions() as session:
             kb = _load_kb(session, kb_id)
             return _kb_out(kb, _status_counts(session, [kb_id]).get(kb_id, {}))
+
+    def update(self, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBaseOut:
+        changes = data.model_dump(exclude_none=True)
+        if not changes:
+            raise InvalidInput("nothing to change: give name, description or chunking")
+        try:
+            with transaction(self._sessions) as session:
+                kb = _load_kb(session, kb_id)
+                if data.name is not None and data.name != kb.name:
+                    _ensure_name_free(session, data.name)
+                for field, value in changes.items():
+                    setattr(kb, field, value)
+        except IntegrityError as exc:
+            raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
+        return self.get(kb_id)
 
     def delete(self, kb_id: str) -> None:
         with self._sessions() as session:
@@ -353,6 +371,7 @@ def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
         description=kb.description,
         embedding_model=kb.embedding_model,
         analyzer_version=kb.analyzer_version,
+        chunking=KbChunking.model_validate(kb.chunking),
         document_counts=all_counts,
         created_at=kb.created_at,
         updated_at=kb.updated_at,

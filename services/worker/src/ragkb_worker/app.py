@@ -14,7 +14,6 @@ from ragkb_core.db.engine import build_engine, build_session_factory
 from ragkb_core.queue import make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_models import load_embedder
-from ragkb_worker.chunking import Chunker
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.health import start_health_server
 from ragkb_worker.pipeline import IngestPipeline
@@ -33,7 +32,7 @@ def build_pipeline(settings: WorkerSettings) -> tuple[DocumentLedger, IngestPipe
     pipeline = IngestPipeline(
         ledger=ledger,
         blobs=BlobStore(settings.blobs.root),
-        chunker=Chunker(embedder, settings.chunking),
+        tokenizer=embedder,
         encoder=embedder,
         bm25=Bm25Encoder(Analyzer(), settings.analyzer),
         retriever=RetrieverClient(settings.retriever),

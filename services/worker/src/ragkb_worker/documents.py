@@ -11,7 +11,8 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, utcnow
+from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
+from ragkb_core.kb_settings import KbChunking
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,7 @@ class Claim:
     metadata: dict[str, Any]
     doc_type: str
     attempt: int
+    chunking: KbChunking
 
 
 class DocumentLedger:
@@ -58,7 +60,7 @@ class DocumentLedger:
                 return None
             document = session.get_one(Document, document_id)
             _mark_job(session, document_id, JobStatus.RUNNING)
-            return _claim_of(document)
+            return _claim_of(session, document)
 
     def renew(self, claim: Claim) -> Claim | None:
         """Extend the lease and return the document's current title, labels and metadata (a PATCH may have
@@ -71,7 +73,7 @@ class DocumentLedger:
             ).rowcount  # type: ignore[attr-defined]
             if not renewed:
                 return None
-            return _claim_of(session.get_one(Document, claim.document_id))
+            return _claim_of(session, session.get_one(Document, claim.document_id))
 
     def finish(self, claim: Claim, chunk_count: int, timings: dict[str, float], report: dict[str, Any]) -> bool:
         """Mark the claimed version live. False when a newer version arrived meanwhile (this one is stale)."""
@@ -138,7 +140,8 @@ class DocumentLedger:
             return list(session.scalars(query.limit(500)))
 
 
-def _claim_of(document: Document) -> Claim:
+def _claim_of(session: Session, document: Document) -> Claim:
+    kb = session.get_one(KnowledgeBase, document.kb_id)
     return Claim(
         document_id=document.id,
         kb_id=document.kb_id,
@@ -151,6 +154,7 @@ def _claim_of(document: Document) -> Claim:
         metadata=dict(document.metadata_),
         doc_type=document.doc_type,
         attempt=document.attempts,
+        chunking=KbChunking.model_validate(kb.chunking),
     )
 
 

@@ -1,108 +1,66 @@
-"""Parsers: bytes of one media type → the document's text and its sections (heading path, page)."""
+"""Parsers: bytes of one media type → the document's text and its sections (heading path, page).
+
+`parse` is the one entry point; each family of formats has its module under `ragkb_worker.parsers`.
+"""
 
 from __future__ import annotations
 
-import re
-import unicodedata
 from collections.abc import Callable
-from dataclasses import dataclass
 
+from ragkb_core import formats
 from ragkb_core.errors import ParseFailed, UnsupportedMediaType
-from ragkb_core.formats import MARKDOWN, PLAIN_TEXT
+from ragkb_core.settings import LimitSettings
+from ragkb_worker.parsers.code import code_parser
+from ragkb_worker.parsers.excel import parse_xlsx
+from ragkb_worker.parsers.markdown import markdown_sections, parse_markdown
+from ragkb_worker.parsers.markup import parse_html
+from ragkb_worker.parsers.model import ParsedDocument, Section, SectionKind
+from ragkb_worker.parsers.pdf import parse_pdf
+from ragkb_worker.parsers.powerpoint import parse_pptx
+from ragkb_worker.parsers.structured import parse_delimited, parse_json, parse_yaml
+from ragkb_worker.parsers.text import decode_text, parse_plain_text, whole_text
+from ragkb_worker.parsers.word import parse_docx
 
+__all__ = [
+    "PARSERS",
+    "ParsedDocument",
+    "Parser",
+    "Section",
+    "SectionKind",
+    "decode_text",
+    "markdown_sections",
+    "parse",
+    "parse_markdown",
+]
 
-@dataclass(frozen=True)
-class Section:
-    """A span [start, end) of the document text under one heading path, on one page."""
+# Every parser receives the limits it must enforce (pages, unpacked size, text length).
+Parser = Callable[[bytes, LimitSettings], ParsedDocument]
 
-    heading_path: tuple[str, ...]
-    start: int
-    end: int
-    page: int | None = None
-
-
-@dataclass(frozen=True)
-class ParsedDocument:
-    text: str
-    sections: list[Section]
-
-
-# Encodings tried in order: UTF-8 (with or without BOM) first; Shift_JIS (cp932) is common in Japanese offices.
-_ENCODINGS = ("utf-8-sig", "cp932")
-# Unicode categories that readable text almost never holds: controls, private use, unassigned, surrogates.
-_NOT_TEXT = frozenset({"Cc", "Co", "Cn", "Cs"})
-_ATX_HEADING = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
-_FENCE = re.compile(r"^(```|~~~)", re.MULTILINE)
-
-
-def decode_text(data: bytes) -> str:
-    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        return _check_text(_decode(data, "utf-16"))
-    for encoding in _ENCODINGS:
-        try:
-            return _check_text(data.decode(encoding))
-        except UnicodeDecodeError:
-            continue
-    raise ParseFailed("the text is neither UTF-8 nor Shift_JIS: it cannot be decoded")
-
-
-def _check_text(text: str) -> str:
-    """Shift_JIS decodes many binary byte runs into private-use characters: such text is not text."""
-    suspicious = sum(1 for c in text if unicodedata.category(c) in _NOT_TEXT and c not in "\t\n\r\f")
-    if suspicious > max(2, len(text) // 100):
-        raise ParseFailed("the content is not text: it cannot be decoded into readable characters")
-    return text
-
-
-def _decode(data: bytes, encoding: str) -> str:
-    try:
-        return data.decode(encoding)
-    except UnicodeDecodeError as exc:
-        raise ParseFailed(f"the text is not valid {encoding}") from exc
-
-
-def parse_plain_text(data: bytes) -> ParsedDocument:
-    text = decode_text(data)
-    return ParsedDocument(text=text, sections=[Section(heading_path=(), start=0, end=len(text))])
-
-
-def parse_markdown(data: bytes) -> ParsedDocument:
-    text = decode_text(data)
-    return ParsedDocument(text=text, sections=markdown_sections(text))
-
-
-def markdown_sections(text: str) -> list[Section]:
-    """Cut at ATX headings (outside code fences); each section's span starts after its heading line."""
-    sections: list[Section] = []
-    path: list[tuple[int, str]] = []
-    position = 0
-    for match in _headings_outside_fences(text):
-        if match.start() > position:
-            sections.append(Section(tuple(title for _, title in path), position, match.start()))
-        level, title = len(match.group(1)), match.group(2).strip()
-        path = [(lvl, t) for lvl, t in path if lvl < level] + [(level, title)]
-        position = match.end()
-    sections.append(Section(tuple(title for _, title in path), position, len(text)))
-    return [s for s in sections if text[s.start : s.end].strip()]
-
-
-def _headings_outside_fences(text: str) -> list[re.Match[str]]:
-    fences = [m.start() for m in _FENCE.finditer(text)]
-    fenced = list(zip(fences[0::2], [*fences[1::2], len(text)], strict=False))
-    return [m for m in _ATX_HEADING.finditer(text) if not any(a <= m.start() < b for a, b in fenced)]
-
-
-PARSERS: dict[str, Callable[[bytes], ParsedDocument]] = {
-    PLAIN_TEXT: parse_plain_text,
-    MARKDOWN: parse_markdown,
+PARSERS: dict[str, Parser] = {
+    formats.PLAIN_TEXT: parse_plain_text,
+    formats.MARKDOWN: parse_markdown,
+    formats.CSV: parse_delimited,
+    formats.TSV: parse_delimited,
+    formats.JSON: parse_json,
+    formats.YAML: parse_yaml,
+    formats.XML: whole_text,
+    formats.HTML: parse_html,
+    formats.PDF: parse_pdf,
+    formats.DOCX: parse_docx,
+    formats.XLSX: parse_xlsx,
+    formats.PPTX: parse_pptx,
+    **{media_type: code_parser(media_type) for media_type in formats.CODE_MEDIA_TYPES},
 }
 
 
-def parse(media_type: str, data: bytes) -> ParsedDocument:
+def parse(media_type: str, data: bytes, limits: LimitSettings | None = None) -> ParsedDocument:
+    """Parse `data` as `media_type` within `limits` (the defaults when none are given)."""
     parser = PARSERS.get(media_type)
     if parser is None:
-        raise UnsupportedMediaType(f"no parser for {media_type}")
-    document = parser(data)
-    if not document.text.strip():
+        raise UnsupportedMediaType(
+            f"no parser for {media_type}", supported_media_types=sorted(formats.SUPPORTED_MEDIA_TYPES)
+        )
+    document = parser(data, limits or LimitSettings())
+    if not document.text.strip() or not document.sections:
         raise ParseFailed("the document contains no text")
     return document

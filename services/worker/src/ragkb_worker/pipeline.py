@@ -18,7 +18,7 @@ from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
 from ragkb_core.errors import ParseFailed, PayloadTooLarge
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
-from ragkb_worker.chunking import Chunk, Chunker
+from ragkb_worker.chunking import Chunk, Chunker, Tokenizer
 from ragkb_worker.documents import Claim, DocumentLedger
 from ragkb_worker.parsing import parse
 
@@ -59,7 +59,7 @@ class IngestPipeline:
         *,
         ledger: DocumentLedger,
         blobs: BlobStore,
-        chunker: Chunker,
+        tokenizer: Tokenizer,
         encoder: PassageEncoder,
         bm25: Bm25Encoder,
         retriever: RetrieverClient,
@@ -67,7 +67,7 @@ class IngestPipeline:
     ) -> None:
         self._ledger = ledger
         self._blobs = blobs
-        self._chunker = chunker
+        self._tokenizer = tokenizer
         self._encoder = encoder
         self._bm25 = bm25
         self._retriever = retriever
@@ -109,11 +109,13 @@ class IngestPipeline:
             data = self._blobs.read(claim.blob_sha256)
             if len(data) > self._limits.max_upload_bytes:
                 raise PayloadTooLarge(f"the stored original is larger than {self._limits.max_upload_bytes} bytes")
-            parsed = parse(claim.media_type, data)
+            parsed = parse(claim.media_type, data, self._limits)
             if len(parsed.text) > self._limits.max_text_chars:
                 raise PayloadTooLarge(f"the extracted text is longer than {self._limits.max_text_chars} characters")
         with clock.stage("chunk"):
-            chunks, chunk_report = self._chunker.chunk(parsed)
+            # Each KB chunks its own way (sizes, noise patterns); a chunker is cheap to make per document.
+            chunker = Chunker(self._tokenizer, claim.chunking, self._limits)
+            chunks, chunk_report = chunker.chunk(parsed, claim.chunking.compiled_noise_patterns())
         if not chunks:
             raise ParseFailed("the document has no text to index after chunking")
         report: dict[str, object] = {"chunks": chunk_report.chunks, "dropped": dict(chunk_report.dropped)}

@@ -7,7 +7,6 @@ from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
     AnalyzerSettings,
     BlobSettings,
-    ChunkingSettings,
     DatabaseSettings,
     EmbeddingSettings,
     HttpServerSettings,
@@ -40,7 +39,6 @@ class WorkerSettings(BaseSettings):
     blobs: BlobSettings = Field(default_factory=BlobSettings)
     retriever: RetrieverClientSettings = Field(default_factory=RetrieverClientSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
-    chunking: ChunkingSettings = Field(default_factory=ChunkingSettings)
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)

@@ -40,6 +40,8 @@ class KnowledgeBase(Base):
     description: Mapped[str] = mapped_column(Text, default="")
     embedding_model: Mapped[str] = mapped_column(String(200))
     analyzer_version: Mapped[str] = mapped_column(String(100))
+    # ragkb_core.kb_settings.KbChunking as JSON.
+    chunking: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 

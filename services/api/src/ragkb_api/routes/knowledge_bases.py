@@ -1,8 +1,8 @@
 from __future__ import annotations
 
-from litestar import Controller, delete, get, post
+from litestar import Controller, delete, get, patch, post
 
-from ragkb_api.schemas import KnowledgeBaseCreate, KnowledgeBaseOut
+from ragkb_api.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate
 from ragkb_api.services import KnowledgeBaseService
 
 
@@ -21,6 +21,10 @@ class KnowledgeBaseController(Controller):
     @get("/{kb_id:str}", sync_to_thread=True, summary="Get a knowledge base with document counts per status")
     def get_one(self, kb_id: str, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
         return kb_service.get(kb_id)
+
+    @patch("/{kb_id:str}", sync_to_thread=True, summary="Rename a KB or change its chunking settings")
+    def update(self, kb_id: str, data: KnowledgeBaseUpdate, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
+        return kb_service.update(kb_id, data)
 
     @delete("/{kb_id:str}", status_code=204, sync_to_thread=True, summary="Delete a KB, its documents and index")
     def remove(self, kb_id: str, kb_service: KnowledgeBaseService) -> None:
