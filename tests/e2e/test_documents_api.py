@@ -234,3 +234,41 @@ def test_kb_noise_patterns_drop_boilerplate_lines(ragkb: RunningRagkb) -> None:
     assert done["ingest_report"]["dropped"].get("noise") == 2
     top = ragkb.search("server room door code", [kb_id])[0]
     assert "CONFIDENTIAL" not in top["text"] and "door code" in top["text"]
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "semantic", "keyword"])
+def test_search_filters_scope_every_mode_before_ranking(ragkb: RunningRagkb, mode: str) -> None:
+    kb_id = scoped_kb(ragkb)
+    body: dict[str, object] = {"query": "badge office hours", "knowledge_base_ids": [kb_id], "mode": mode}
+    by_label = ragkb.client.post("/v1/search", json={**body, "filters": {"labels_any": ["hr"]}}).json()["results"]
+    assert by_label and {tuple(r["labels"]) for r in by_label} == {("hr",)}
+    by_type = ragkb.client.post("/v1/search", json={**body, "filters": {"doc_types": ["reference"]}}).json()
+    assert by_type["results"] and {r["doc_type"] for r in by_type["results"]} == {"reference"}
+    one = by_label[0]["document_id"]
+    by_document = ragkb.client.post("/v1/search", json={**body, "filters": {"document_ids": [one]}}).json()
+    assert {r["document_id"] for r in by_document["results"]} == {one}
+    nothing = ragkb.client.post("/v1/search", json={**body, "filters": {"labels_any": ["no-such-label"]}}).json()
+    assert nothing["results"] == []
+
+
+_SCOPED_KB: dict[str, str] = {}
+
+
+def scoped_kb(ragkb: RunningRagkb) -> str:
+    """Three documents that all answer the query, told apart only by label and type."""
+    if "id" not in _SCOPED_KB:
+        kb_id = ragkb.create_kb("scoped")
+        documents = [
+            upload_text(ragkb, kb_id, "The badge office is open from 9 to 5.", labels=["hr"]),
+            upload_text(ragkb, kb_id, "Badge office hours: weekdays 9 to 5.", labels=["security"]),
+            upload_text(ragkb, kb_id, "Regulation: the badge office keeps office hours.", doc_type="reference"),
+        ]
+        for document in documents:
+            ragkb.wait_document(kb_id, str(document["id"]))
+        _SCOPED_KB["id"] = kb_id
+    return _SCOPED_KB["id"]
+
+
+def test_an_unknown_mode_is_422(ragkb: RunningRagkb) -> None:
+    body = {"query": "x", "knowledge_base_ids": ["x"], "mode": "magic"}
+    assert ragkb.client.post("/v1/search", json=body).status_code == 422

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, field_validator
 
-from ragkb_core.contracts import DocType, SearchHit
+from ragkb_core.contracts import DocType, SearchHit, SearchMode
 from ragkb_core.kb_settings import KbChunking
 
 MAX_LABELS = 50
@@ -117,10 +117,21 @@ class DocumentAccepted(DocumentOut):
     unchanged: bool = False
 
 
+class SearchFilters(BaseModel):
+    """Scope applied inside the engine before ranking: a passage outside it is never a candidate."""
+
+    document_ids: list[str] | None = Field(default=None, max_length=1000)
+    labels_any: list[str] | None = Field(default=None, max_length=MAX_LABELS)
+    doc_types: list[DocType] | None = None
+
+
 class SearchRequest(BaseModel):
     query: str = Field(min_length=1)
     knowledge_base_ids: list[str] = Field(min_length=1, max_length=50)
     top_k: int = Field(default=12, ge=1, le=100)
+    # hybrid: dense + BM25 fused by RRF; semantic: dense only; keyword: BM25 only.
+    mode: SearchMode = "hybrid"
+    filters: SearchFilters = Field(default_factory=SearchFilters)
 
     @field_validator("query")
     @classmethod

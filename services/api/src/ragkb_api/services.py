@@ -25,7 +25,7 @@ from ragkb_api.schemas import (
     SearchResponse,
 )
 from ragkb_core.blobs import BlobStore
-from ragkb_core.contracts import SearchQuery
+from ragkb_core.contracts import ScopeFilter, SearchQuery
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
@@ -253,9 +253,14 @@ class SearchService:
             raise InvalidInput(f"the query is longer than {self._limits.max_query_chars} characters")
         kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
         self._require_kbs(kb_ids)
-        result = self._retriever.search(
-            SearchQuery(query=request.query, knowledge_base_ids=kb_ids, top_k=request.top_k)
+        query = SearchQuery(
+            query=request.query,
+            knowledge_base_ids=kb_ids,
+            top_k=request.top_k,
+            mode=request.mode,
+            scope=ScopeFilter.model_validate(request.filters.model_dump()),
         )
+        result = self._retriever.search(query)
         return SearchResponse(query=request.query, results=result.results, took_ms=result.took_ms)
 
     def _require_kbs(self, kb_ids: Sequence[str]) -> None:
