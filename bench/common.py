@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import platform
 import time
 from collections.abc import Iterator
@@ -35,7 +36,17 @@ def read_qrels(path: Path) -> dict[str, dict[str, int]]:
 
 
 def client(url: str) -> httpx.Client:
-    return httpx.Client(base_url=url, timeout=120)
+    """A client that sends the API key from RAGKB_API_KEY, or the admin key `make run` wrote to var/admin.key."""
+    return httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {api_key()}"})
+
+
+def api_key() -> str:
+    if key := os.environ.get("RAGKB_API_KEY"):
+        return key
+    key_file = Path("var") / "admin.key"
+    if key_file.exists():
+        return key_file.read_text().strip()
+    raise SystemExit("set RAGKB_API_KEY (or run from the folder where `make run` wrote var/admin.key)")
 
 
 def find_kb(http: httpx.Client, name: str) -> dict[str, Any] | None:
