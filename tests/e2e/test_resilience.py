@@ -26,7 +26,7 @@ def upload_text(ragkb: RunningRagkb, kb_id: str, text: str, **fields: object) ->
 
 def indexed_points(ragkb: RunningRagkb, kb_id: str, document_id: str) -> int:
     url = f"http://127.0.0.1:{ragkb.env['RAGKB_RETRIEVER__PORT']}/internal/v1/kbs/{kb_id}/count"
-    count: int = httpx.get(url, params={"document_id": document_id}).json()["count"]
+    count: int = httpx.get(url, params={"document_id": document_id}, headers=ragkb.service_headers).json()["count"]
     return count
 
 
@@ -175,3 +175,18 @@ def worker_pids(marker_cwd: str) -> list[int]:
         if b"ragkb_worker" in cmdline and f"RAGKB_TEST_CWD={marker_cwd}".encode() in environ:
             pids.append(int(entry.name))
     return pids
+
+
+def test_a_failed_update_leaves_the_previous_version_serving(ragkb: RunningRagkb, tmp_path: Path) -> None:
+    kb_id = ragkb.create_kb("failed-update")
+    good = tmp_path / "guide.txt"
+    good.write_text("The fire assembly point is the north car park.")
+    first = ragkb.upload_file(kb_id, good)
+    ragkb.wait_document(kb_id, first["id"])
+    good.write_bytes(bytes(range(128, 256)) * 40)
+    second = ragkb.upload_file(kb_id, good)
+    assert (second["id"], second["version"]) == (first["id"], 2)
+    failed = ragkb.wait_document(kb_id, first["id"])
+    assert (failed["status"], failed["indexed_version"]) == ("failed", 1)
+    top = ragkb.search("Where is the fire assembly point?", [kb_id])[0]
+    assert (top["document_id"], top["version"]) == (first["id"], 1)

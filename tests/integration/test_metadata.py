@@ -6,11 +6,11 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import delete, inspect, select, update
+from sqlalchemy import delete, inspect, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
+from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to, migrate_to_head, transaction
 from ragkb_core.db.models import Document, DocumentStatus, Job, KnowledgeBase, utcnow
 from ragkb_core.ids import new_id
 from ragkb_core.settings import DatabaseSettings
@@ -164,3 +164,34 @@ def expire_lease(sessions: sessionmaker[Session], document_id: str) -> None:
         session.execute(
             update(Document).where(Document.id == document_id).values(lease_until=utcnow() - timedelta(seconds=1))
         )
+
+
+def test_upgrading_an_old_schema_keeps_every_document(database_url: str) -> None:
+    """Migrations that rebuild the KB table must never cascade into documents (SQLite copies and drops)."""
+    engine = build_engine(DatabaseSettings(url=database_url))
+    migrate_to(engine, "0001")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO knowledge_bases (id, name, description, embedding_model, analyzer_version, created_at,"
+                " updated_at) VALUES ('kb1', 'old', '', 'm', 'a', '2026-01-01', '2026-01-01')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO documents (id, kb_id, source_id, title, media_type, size_bytes, blob_sha256, labels,"
+                " metadata, doc_type, status, version, chunk_count, attempts, stage_timings, ingest_report,"
+                " created_at, updated_at) VALUES ('d1', 'kb1', 's', 't', 'text/plain', 1, 'x', '[]', '{}',"
+                " 'knowledge', 'done', 1, 3, 1, '{}', '{}', '2026-01-01', '2026-01-01')"
+            )
+        )
+    migrate_to_head(engine)
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM documents WHERE kb_id = 'kb1'")).scalar() == 1
+        assert connection.execute(text("SELECT chunking FROM knowledge_bases WHERE id = 'kb1'")).scalar() in ("{}", {})
+        if connection.dialect.name == "sqlite":
+            assert connection.execute(text("PRAGMA foreign_keys")).scalar() == 1
+    with engine.begin() as connection:  # PostgreSQL's database is shared by the session's tests
+        connection.execute(text("DELETE FROM documents WHERE kb_id = 'kb1'"))
+        connection.execute(text("DELETE FROM knowledge_bases WHERE id = 'kb1'"))
+    engine.dispose()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -55,8 +55,28 @@ def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
 
 
 def migrate_to_head(engine: Engine) -> None:
+    migrate_to(engine, "head")
+
+
+def migrate_to(engine: Engine, revision: str) -> None:
     config = Config()
     config.set_main_option("script_location", str(_MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        if sqlite:
+            # SQLite alters a table by copying it and dropping the original; with foreign keys on, that DROP
+            # cascades into every referencing row (a KB migration would delete all documents). The pragma
+            # only takes effect outside a transaction, so it is set before the migration's one begins.
+            _set_sqlite_foreign_keys(connection, enabled=False)
+        try:
+            with connection.begin():
+                config.attributes["connection"] = connection
+                command.upgrade(config, revision)
+        finally:
+            if sqlite:
+                _set_sqlite_foreign_keys(connection, enabled=True)
+
+
+def _set_sqlite_foreign_keys(connection: Connection, *, enabled: bool) -> None:
+    connection.exec_driver_sql(f"PRAGMA foreign_keys={'ON' if enabled else 'OFF'}")
+    connection.commit()
