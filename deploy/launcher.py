@@ -9,14 +9,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass
+from pathlib import Path
 
 STOP_GRACE_S = 15.0
+ADMIN_KEY_FILE = Path("var") / "admin.key"
+BOOTSTRAP_ENV = "RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,22 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float) ->
             pass
         time.sleep(0.5)
     raise RuntimeError(f"{url} did not become ready within {timeout_s:.0f} s")
+
+
+def _ensure_secrets(env: dict[str, str]) -> str:
+    """A fresh internal service token per run (unless one is set), and a bootstrap admin key: the configured
+    one, or one generated once into var/admin.key (mode 0600). Returns how to get an admin key."""
+    env.setdefault("RAGKB_SERVICE_TOKEN", secrets.token_urlsafe(32))
+    if env.get(BOOTSTRAP_ENV):
+        return f"the admin key is the value of {BOOTSTRAP_ENV}"
+    if not ADMIN_KEY_FILE.exists():
+        ADMIN_KEY_FILE.parent.mkdir(parents=True, exist_ok=True)
+        # O_EXCL and the mode at creation: the key is never readable by others, not even for a moment.
+        descriptor = os.open(ADMIN_KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_urlsafe(32) + "\n")
+    env[BOOTSTRAP_ENV] = ADMIN_KEY_FILE.read_text().strip()
+    return f"KEY=$(cat {ADMIN_KEY_FILE.resolve()})   # the admin key; send it as: Authorization: Bearer $KEY"
 
 
 def _prepare(env: dict[str, str]) -> None:
@@ -109,6 +129,7 @@ def main() -> int:
     # Ctrl-C and SIGTERM both end in the `finally` below, which stops every child.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
+        key_hint = _ensure_secrets(env)
         _prepare(env)
         services = _services(api_port, retriever_port, worker_port)
         for service in services:
@@ -120,7 +141,10 @@ def main() -> int:
             f"\nragkb is up:\n  API        http://127.0.0.1:{api_port}\n"
             f"  OpenAPI    http://127.0.0.1:{api_port}/schema/swagger\n"
             f"  retriever  http://127.0.0.1:{retriever_port} (internal)\n"
-            f"  worker     http://127.0.0.1:{worker_port}/ready (health only)\nPress Ctrl-C to stop.\n",
+            f"  worker     http://127.0.0.1:{worker_port}/ready (health only)\n"
+            f"  admin key  {key_hint}\n"
+            f"  client keys: POST /v1/api-keys with the admin key, or python -m ragkb_api.keys create --name NAME\n"
+            "Press Ctrl-C to stop.\n",
             flush=True,
         )
         return _supervise(services, processes, env)

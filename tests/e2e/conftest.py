@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import signal
 import socket
 import subprocess
@@ -38,7 +39,17 @@ class RunningRagkb:
     client: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.env['RAGKB_API__PORT']}", timeout=60)
+        # Every test talks as the bootstrap admin unless it builds a client of its own (`client_with`).
+        self.client = self.client_with(self.env["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"])
+
+    def client_with(self, key: str | None) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=f"http://127.0.0.1:{self.env['RAGKB_API__PORT']}", timeout=60, headers=headers)
+
+    @property
+    def service_headers(self) -> dict[str, str]:
+        """What the api and the worker send to the retriever's internal API."""
+        return {"X-Ragkb-Service-Token": self.env["RAGKB_SERVICE_TOKEN"]}
 
     def start(self) -> None:
         # The child keeps its own copy of the log's file descriptor; ours closes at once.
@@ -126,6 +137,8 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         "RAGKB_LIMITS__MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
         "RAGKB_TASKS__SWEEP_INTERVAL_S": "2",
         "RAGKB_TASKS__LEASE_S": "20",
+        "RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": secrets.token_urlsafe(32),
+        "RAGKB_SERVICE_TOKEN": secrets.token_urlsafe(32),
     }
     env.pop("RAGKB_RETRIEVER__URL", None)
     _flush_redis_db(redis_db)

@@ -170,7 +170,7 @@ def test_concurrent_versions_of_one_document_leave_exactly_one_version_indexed(r
     final = wait_for_version(ragkb, kb_id, document_id, version=6)
     assert final["status"] == "done"
     retriever = f"http://127.0.0.1:{ragkb.env['RAGKB_RETRIEVER__PORT']}/internal/v1/kbs/{kb_id}/count"
-    indexed = httpx.get(retriever, params={"document_id": document_id}).json()["count"]
+    indexed = httpx.get(retriever, params={"document_id": document_id}, headers=ragkb.service_headers).json()["count"]
     assert indexed == final["chunk_count"]
     results = ragkb.search("When does the library close?", [kb_id], top_k=10)
     assert {r["version"] for r in results} == {6}

@@ -99,7 +99,7 @@ class SearchLoop(threading.Thread):
 
     def __init__(self, ragkb: RunningRagkb, query: str, kb_id: str, document_id: str) -> None:
         super().__init__(daemon=True)
-        self._client = httpx.Client(base_url=str(ragkb.client.base_url), timeout=30)
+        self._client = httpx.Client(base_url=str(ragkb.client.base_url), timeout=30, headers=ragkb.client.headers)
         self._body = {"query": query, "knowledge_base_ids": [kb_id], "top_k": 5}
         self._document_id = document_id
         self._stopping = threading.Event()

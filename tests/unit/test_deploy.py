@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib.util
+import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -50,3 +53,27 @@ def test_services_and_dockerfile_targets_exist(compose: dict[str, Any]) -> None:
         build = compose["services"][name]["build"]
         assert f"AS {build['target']}" in dockerfile
         assert (REPO / build["dockerfile"]).exists()
+
+
+def test_the_launcher_makes_an_admin_key_once_readable_only_by_its_owner(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = importlib.util.spec_from_file_location("launcher", REPO / "deploy" / "launcher.py")
+    assert spec is not None and spec.loader is not None
+    launcher = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "launcher", launcher)  # its dataclasses look their module up there
+    spec.loader.exec_module(launcher)
+    monkeypatch.chdir(tmp_path)
+    first: dict[str, str] = {}
+    assert "var/admin.key" in launcher._ensure_secrets(first)
+    key_file = tmp_path / "var" / "admin.key"
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+    assert first["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"] == key_file.read_text().strip()
+    assert len(first["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"]) >= 32 and len(first["RAGKB_SERVICE_TOKEN"]) >= 32
+    second: dict[str, str] = {}
+    launcher._ensure_secrets(second)
+    assert second["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"] == first["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"]
+    assert second["RAGKB_SERVICE_TOKEN"] != first["RAGKB_SERVICE_TOKEN"]
+    configured = {"RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": "x" * 40, "RAGKB_SERVICE_TOKEN": "t" * 40}
+    launcher._ensure_secrets(configured)
+    assert configured == {"RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": "x" * 40, "RAGKB_SERVICE_TOKEN": "t" * 40}

@@ -68,6 +68,9 @@ class ScopeFilter(BaseModel):
     document_ids: list[str] | None = None
     labels_any: list[str] | None = None
     doc_types: list[DocType] | None = None
+    # A second label condition ANDed with `labels_any`: the caller's key's mandatory filter, which the
+    # request's own filter may narrow but never widen.
+    required_labels_any: list[str] | None = None
 
 
 class SearchQuery(BaseModel):

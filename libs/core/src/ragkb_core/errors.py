@@ -62,3 +62,17 @@ class Unavailable(RagkbError):
     status = 503
     title = "Service unavailable"
     transient = True
+
+
+class Unauthorized(RagkbError):
+    """No credentials, or credentials that name no live key (unknown, malformed or revoked)."""
+
+    status = 401
+    title = "Unauthorized"
+
+
+class Forbidden(RagkbError):
+    """A known caller asked for something its role or grants do not allow."""
+
+    status = 403
+    title = "Forbidden"

@@ -5,17 +5,21 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+from pydantic import SecretStr
 
 from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo, SearchQuery, SearchResult
 from ragkb_core.errors import InvalidInput, NotFound, RagkbError, Unavailable
 from ragkb_core.settings import RetrieverClientSettings
 
 INTERNAL_PREFIX = "/internal/v1"
+# Carries RAGKB_SERVICE_TOKEN on every internal call; the retriever refuses internal calls without it.
+SERVICE_TOKEN_HEADER = "X-Ragkb-Service-Token"
 
 
 class RetrieverClient:
-    def __init__(self, settings: RetrieverClientSettings) -> None:
-        self._http = httpx.Client(base_url=settings.url, timeout=settings.timeout_s)
+    def __init__(self, settings: RetrieverClientSettings, service_token: SecretStr | None) -> None:
+        headers = {SERVICE_TOKEN_HEADER: service_token.get_secret_value()} if service_token else {}
+        self._http = httpx.Client(base_url=settings.url, timeout=settings.timeout_s, headers=headers)
 
     def create_kb(self, kb_id: str) -> KbIndexInfo:
         return KbIndexInfo.model_validate(self._call("PUT", f"/kbs/{kb_id}"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import SettingsConfigDict
 
 # One place for the environment conventions of every service's settings class.
@@ -92,3 +92,31 @@ class LimitSettings(BaseModel):
 class HttpServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8000
+
+
+# Secrets an operator chooses (bootstrap admin key, service token) must be at least this long.
+MIN_SECRET_CHARS = 32
+
+
+class AuthSettings(BaseModel):
+    bootstrap_admin_key: SecretStr | None = Field(
+        default=None,
+        description="If set, a caller presenting exactly this value is an admin (the first key, before any is "
+        "created). It must be long and random (e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`): "
+        "it is compared by its sha256, which protects a high-entropy secret only.",
+    )
+
+    @field_validator("bootstrap_admin_key")
+    @classmethod
+    def _long_enough(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or not value.get_secret_value():
+            return None  # empty means unset (docker-compose passes "" through)
+        if len(value.get_secret_value()) < MIN_SECRET_CHARS:
+            raise ValueError(f"must be at least {MIN_SECRET_CHARS} random characters")
+        return value
+
+
+SERVICE_TOKEN_DESCRIPTION = (
+    "Shared secret that the api and the worker send to the retriever's internal API and that the retriever "
+    "requires (header X-Ragkb-Service-Token). `make run` generates one per run when unset."
+)

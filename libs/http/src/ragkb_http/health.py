@@ -7,16 +7,18 @@ from typing import Any
 
 from litestar import Response, Router, get
 
+from ragkb_http.guards import PUBLIC, access
+
 # name → a callable that returns True when that dependency answers.
 ReadinessCheck = Mapping[str, Callable[[], bool]]
 
 
 def health_router(checks: ReadinessCheck) -> Router:
-    @get("/health", sync_to_thread=False, include_in_schema=True, tags=["health"])
+    @get("/health", sync_to_thread=False, include_in_schema=True, tags=["health"], opt=access(PUBLIC), security=[{}])
     def health() -> dict[str, str]:
         return {"status": "ok"}
 
-    @get("/ready", sync_to_thread=True, tags=["health"])
+    @get("/ready", sync_to_thread=True, tags=["health"], opt=access(PUBLIC), security=[{}])
     def ready() -> Response[dict[str, Any]]:
         results = {name: _safe(check) for name, check in checks.items()}
         status = 200 if all(results.values()) else 503

@@ -5,22 +5,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from celery import Celery
-from litestar import Litestar
+from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
+from litestar.openapi.spec import Components, SecurityScheme
 from redis import Redis
 from sqlalchemy import Engine, text
 
+from ragkb_api.guards import AccessGuard, provide_caller
+from ragkb_api.routes.api_keys import ApiKeyController
 from ragkb_api.routes.documents import DocumentController
 from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
 from ragkb_api.routes.search import SearchController
-from ragkb_api.services import DocumentService, KnowledgeBaseService, SearchService
+from ragkb_api.services import ApiKeyService, DocumentService, KnowledgeBaseService, SearchService
 from ragkb_api.settings import ApiSettings
 from ragkb_core.blobs import BlobStore
 from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
 from ragkb_core.queue import make_celery
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_http import PROBLEM_HANDLERS, health_router
+from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, health_router
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
@@ -34,6 +37,7 @@ class ApiServices:
     knowledge_bases: KnowledgeBaseService
     documents: DocumentService
     search: SearchService
+    api_keys: ApiKeyService
 
 
 def build_services(settings: ApiSettings) -> ApiServices:
@@ -42,7 +46,8 @@ def build_services(settings: ApiSettings) -> ApiServices:
     sessions = build_session_factory(engine)
     blobs = BlobStore(settings.blobs.root)
     queue = make_celery(settings.redis)
-    retriever = RetrieverClient(settings.retriever)
+    retriever = RetrieverClient(settings.retriever, settings.service_token)
+    bootstrap = settings.auth.bootstrap_admin_key
     return ApiServices(
         engine=engine,
         queue=queue,
@@ -50,6 +55,7 @@ def build_services(settings: ApiSettings) -> ApiServices:
         knowledge_bases=KnowledgeBaseService(sessions, retriever, blobs),
         documents=DocumentService(sessions, blobs, queue, retriever, settings.limits),
         search=SearchService(sessions, retriever, settings.limits),
+        api_keys=ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None),
     )
 
 
@@ -62,14 +68,31 @@ def create_app(settings: ApiSettings) -> Litestar:
         "retriever": services.retriever.ready,
     }
     return Litestar(
-        route_handlers=[health_router(checks), KnowledgeBaseController, DocumentController, SearchController],
+        route_handlers=[
+            health_router(checks),
+            KnowledgeBaseController,
+            DocumentController,
+            SearchController,
+            ApiKeyController,
+        ],
+        # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
+        guards=[AccessGuard(services.api_keys)],
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
+            "key_service": Provide(lambda: services.api_keys, sync_to_thread=False),
+            "caller": Provide(provide_caller, sync_to_thread=False),
         },
         exception_handlers=PROBLEM_HANDLERS,
-        openapi_config=OpenAPIConfig(title="ragkb", version="1.0.0", path="/schema"),
+        openapi_config=OpenAPIConfig(
+            title="ragkb",
+            version="1.0.0",
+            # The API's description is public, like /health and /ready; everything else needs a key.
+            openapi_router=Router(path="/schema", route_handlers=[], opt=access(PUBLIC), include_in_schema=False),
+            security=[{"bearer": []}],
+            components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
+        ),
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
         on_shutdown=[services.retriever.close, services.engine.dispose, redis.close],
         logging_config=None,

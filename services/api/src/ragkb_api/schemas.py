@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field, field_validator
 
@@ -117,12 +117,17 @@ class DocumentAccepted(DocumentOut):
     unchanged: bool = False
 
 
-class SearchFilters(BaseModel):
+class KeySearchFilter(BaseModel):
+    """A key's mandatory search filter: ANDed into every search the key makes (same fields as `filters`)."""
+
+    labels_any: list[str] | None = Field(default=None, max_length=MAX_LABELS)
+    doc_types: list[DocType] | None = None
+
+
+class SearchFilters(KeySearchFilter):
     """Scope applied inside the engine before ranking: a passage outside it is never a candidate."""
 
     document_ids: list[str] | None = Field(default=None, max_length=1000)
-    labels_any: list[str] | None = Field(default=None, max_length=MAX_LABELS)
-    doc_types: list[DocType] | None = None
 
 
 class SearchRequest(BaseModel):
@@ -145,3 +150,39 @@ class SearchResponse(BaseModel):
     query: str
     results: list[SearchHit]
     took_ms: float
+
+
+Role = Literal["admin", "client"]
+Grants = dict[str, Literal["read", "write"]]
+
+
+class ApiKeyCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    role: Role = "client"
+    # KB id → "read" or "write" (write implies read). Client keys only: an admin sees every KB.
+    grants: Grants = Field(default_factory=dict, max_length=1000)
+    search_filter: KeySearchFilter | None = None
+
+
+class ApiKeyPatch(BaseModel):
+    """Replace a key's grants and/or its search filter; `"search_filter": null` removes the filter."""
+
+    grants: Grants | None = Field(default=None, max_length=1000)
+    search_filter: KeySearchFilter | None = None
+
+
+class ApiKeyOut(BaseModel):
+    id: str
+    name: str
+    role: Role
+    # The key's non-secret part (`rk_<prefix>_…`), to recognise it; the secret is never shown again.
+    prefix: str
+    grants: Grants
+    search_filter: KeySearchFilter | None
+    created_at: datetime
+    revoked_at: datetime | None
+
+
+class ApiKeyCreated(ApiKeyOut):
+    # Shown once, now: only its hash is stored.
+    key: str

@@ -13,11 +13,26 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
+from ragkb_api.access import (
+    Caller,
+    SearchRestriction,
+    generate_key,
+    hash_key,
+    hashes_match,
+    kb_not_found,
+    key_prefix,
+    search_scope,
+)
 from ragkb_api.schemas import (
+    ApiKeyCreate,
+    ApiKeyCreated,
+    ApiKeyOut,
+    ApiKeyPatch,
     DocumentAccepted,
     DocumentFields,
     DocumentOut,
     DocumentPatch,
+    KeySearchFilter,
     KnowledgeBaseCreate,
     KnowledgeBaseOut,
     KnowledgeBaseUpdate,
@@ -25,10 +40,10 @@ from ragkb_api.schemas import (
     SearchResponse,
 )
 from ragkb_core.blobs import BlobStore
-from ragkb_core.contracts import ScopeFilter, SearchQuery
+from ragkb_core.contracts import SearchQuery
 from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase
-from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge
+from ragkb_core.db.models import ApiKey, Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, Unauthorized
 from ragkb_core.formats import PLAIN_TEXT, detect_media_type
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbChunking
@@ -37,6 +52,7 @@ from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
 
 _log = logging.getLogger("ragkb.api")
+BOOTSTRAP_KEY_ID = "bootstrap"
 
 
 @dataclass(frozen=True)
@@ -77,9 +93,12 @@ class KnowledgeBaseService:
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
 
-    def list(self) -> list[KnowledgeBaseOut]:
+    def list(self, caller: Caller) -> list[KnowledgeBaseOut]:
+        query = select(KnowledgeBase).order_by(KnowledgeBase.created_at)
+        if not caller.is_admin:
+            query = query.where(KnowledgeBase.id.in_(caller.readable(caller.grants)))
         with self._sessions() as session:
-            kbs = session.scalars(select(KnowledgeBase).order_by(KnowledgeBase.created_at)).all()
+            kbs = session.scalars(query).all()
             counts = _status_counts(session, [kb.id for kb in kbs])
             return [_kb_out(kb, counts.get(kb.id, {})) for kb in kbs]
 
@@ -248,27 +267,147 @@ class SearchService:
         self._retriever = retriever
         self._limits = limits
 
-    def search(self, request: SearchRequest) -> SearchResponse:
+    def search(self, request: SearchRequest, caller: Caller) -> SearchResponse:
         if len(request.query) > self._limits.max_query_chars:
             raise InvalidInput(f"the query is longer than {self._limits.max_query_chars} characters")
         kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
-        self._require_kbs(kb_ids)
+        self._require_readable_kbs(kb_ids, caller)
+        filters = request.filters
         query = SearchQuery(
             query=request.query,
             knowledge_base_ids=kb_ids,
             top_k=request.top_k,
             mode=request.mode,
-            scope=ScopeFilter.model_validate(request.filters.model_dump()),
+            scope=search_scope(
+                caller, document_ids=filters.document_ids, labels_any=filters.labels_any, doc_types=filters.doc_types
+            ),
         )
         result = self._retriever.search(query)
         return SearchResponse(query=request.query, results=result.results, took_ms=result.took_ms)
 
-    def _require_kbs(self, kb_ids: Sequence[str]) -> None:
+    def _require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
+        """Every requested KB must exist and be readable; unknown and ungranted ids get the same answer."""
+        readable = caller.readable(kb_ids)
         with self._sessions() as session:
-            found = set(session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.id.in_(kb_ids))))
+            found = set(session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.id.in_(readable))))
         missing = [kb_id for kb_id in kb_ids if kb_id not in found]
         if missing:
-            raise NotFound(f"unknown knowledge base ids: {', '.join(missing)}", missing=missing)
+            raise NotFound(f"knowledge bases that do not exist or are not yours: {', '.join(missing)}", missing=missing)
+
+
+class ApiKeyService:
+    """Issues, lists, changes and revokes API keys, and resolves a presented key to its caller."""
+
+    def __init__(self, sessions: sessionmaker[Session], bootstrap_admin_key: str | None) -> None:
+        self._sessions = sessions
+        # Kept hashed in memory only, and compared like any other key.
+        self._bootstrap_hash = hash_key(bootstrap_admin_key) if bootstrap_admin_key else None
+
+    def authenticate(self, presented: str | None) -> Caller:
+        if presented is None:
+            raise Unauthorized("send an API key: `Authorization: Bearer <key>`")
+        if self._bootstrap_hash is not None and hashes_match(presented, self._bootstrap_hash):
+            return Caller(key_id=BOOTSTRAP_KEY_ID, role="admin")
+        key = self._find_live(presented)
+        if key is None:
+            # One answer for malformed, unknown and revoked keys: nothing to learn by trying.
+            raise Unauthorized("the API key is not valid")
+        return _caller(key)
+
+    def create(self, data: ApiKeyCreate) -> ApiKeyCreated:
+        new = generate_key()
+        with transaction(self._sessions) as session:
+            _check_key_fields(session, data.role, data.grants, data.search_filter)
+            key = ApiKey(
+                id=new_id(),
+                name=data.name,
+                role=data.role,
+                prefix=new.prefix,
+                key_hash=new.key_hash,
+                grants=dict(data.grants),
+                search_filter=data.search_filter.model_dump() if data.search_filter else None,
+            )
+            session.add(key)
+            session.flush()
+            return ApiKeyCreated(**_api_key_out(key).model_dump(), key=new.plaintext)
+
+    def list(self) -> list[ApiKeyOut]:
+        with self._sessions() as session:
+            return [_api_key_out(key) for key in session.scalars(select(ApiKey).order_by(ApiKey.created_at))]
+
+    def update(self, key_id: str, patch: ApiKeyPatch) -> ApiKeyOut:
+        changes = patch.model_fields_set
+        if not changes:
+            raise InvalidInput("nothing to change: give grants and/or search_filter")
+        with transaction(self._sessions) as session:
+            key = _load_api_key(session, key_id)
+            grants = patch.grants if "grants" in changes and patch.grants is not None else key.grants
+            search_filter = patch.search_filter if "search_filter" in changes else _key_filter(key)
+            _check_key_fields(session, key.role, grants, search_filter)
+            key.grants = dict(grants)
+            key.search_filter = search_filter.model_dump() if search_filter else None
+            session.flush()
+            return _api_key_out(key)
+
+    def revoke(self, key_id: str) -> None:
+        with transaction(self._sessions) as session:
+            key = _load_api_key(session, key_id)
+            key.revoked_at = key.revoked_at or utcnow()
+
+    def _find_live(self, presented: str) -> ApiKey | None:
+        prefix = key_prefix(presented)
+        if prefix is None:
+            return None
+        with self._sessions() as session:
+            key = session.scalars(select(ApiKey).where(ApiKey.prefix == prefix)).one_or_none()
+        if key is None or key.revoked_at is not None or not hashes_match(presented, key.key_hash):
+            return None
+        return key
+
+
+def _check_key_fields(
+    session: Session, role: str, grants: dict[str, Any], search_filter: KeySearchFilter | None
+) -> None:
+    if role == "admin" and (grants or search_filter):
+        raise InvalidInput("grants and search_filter apply to client keys; an admin key sees every KB")
+    known = set(session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.id.in_(list(grants)))))
+    unknown = sorted(set(grants) - known)
+    if unknown:
+        raise InvalidInput(f"grants name unknown knowledge bases: {', '.join(unknown)}", unknown=unknown)
+
+
+def _load_api_key(session: Session, key_id: str) -> ApiKey:
+    key = session.get(ApiKey, key_id)
+    if key is None:
+        raise NotFound(f"API key {key_id} does not exist")
+    return key
+
+
+def _key_filter(key: ApiKey) -> KeySearchFilter | None:
+    return KeySearchFilter.model_validate(key.search_filter) if key.search_filter is not None else None
+
+
+def _caller(key: ApiKey) -> Caller:
+    restriction = _key_filter(key) or KeySearchFilter()
+    return Caller(
+        key_id=key.id,
+        role="admin" if key.role == "admin" else "client",
+        grants=dict(key.grants),
+        restriction=SearchRestriction(labels_any=restriction.labels_any, doc_types=restriction.doc_types),
+    )
+
+
+def _api_key_out(key: ApiKey) -> ApiKeyOut:
+    return ApiKeyOut(
+        id=key.id,
+        name=key.name,
+        role="admin" if key.role == "admin" else "client",
+        prefix=key.prefix,
+        grants=dict(key.grants),
+        search_filter=_key_filter(key),
+        created_at=key.created_at,
+        revoked_at=key.revoked_at,
+    )
 
 
 def _ensure_name_free(session: Session, name: str) -> None:
@@ -279,7 +418,7 @@ def _ensure_name_free(session: Session, name: str) -> None:
 def _load_kb(session: Session, kb_id: str) -> KnowledgeBase:
     kb = session.get(KnowledgeBase, kb_id)
     if kb is None:
-        raise NotFound(f"knowledge base {kb_id} does not exist")
+        raise kb_not_found(kb_id)
     return kb
 
 

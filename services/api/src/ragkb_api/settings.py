@@ -1,10 +1,12 @@
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings
 
 from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
+    SERVICE_TOKEN_DESCRIPTION,
+    AuthSettings,
     BlobSettings,
     DatabaseSettings,
     HttpServerSettings,
@@ -24,3 +26,5 @@ class ApiSettings(BaseSettings):
     blobs: BlobSettings = Field(default_factory=BlobSettings)
     retriever: RetrieverClientSettings = Field(default_factory=RetrieverClientSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+    service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)

@@ -8,7 +8,7 @@ from litestar import Litestar
 from litestar.di import Provide
 
 from ragkb_analyzer import Analyzer, Bm25Encoder
-from ragkb_http import PROBLEM_HANDLERS, health_router
+from ragkb_http import PROBLEM_HANDLERS, health_router, service_token_guard
 from ragkb_models import load_embedder
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.port import VectorIndex
@@ -38,6 +38,9 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
 
 
 def create_app(settings: RetrieverSettings) -> Litestar:
+    if not settings.service_token:
+        raise RuntimeError("set RAGKB_SERVICE_TOKEN: the internal API refuses every call without it")
+    token = settings.service_token.get_secret_value()
     services = build_services(settings)
     return Litestar(
         route_handlers=[
@@ -49,6 +52,8 @@ def create_app(settings: RetrieverSettings) -> Litestar:
             "index_service": Provide(lambda: services.indexing, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
         },
+        # Only the api and the worker, holding the shared token, may call anything but /health and /ready.
+        guards=[service_token_guard(token)],
         exception_handlers=PROBLEM_HANDLERS,
         # Chunk batches of a large document carry 384 floats per chunk: allow generous bodies internally.
         request_max_body_size=512 * 1024 * 1024,

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings
 
 from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
+    SERVICE_TOKEN_DESCRIPTION,
     AnalyzerSettings,
     EmbeddingSettings,
     HttpServerSettings,
@@ -28,3 +29,4 @@ class RetrieverSettings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
     search: SearchSettings = Field(default_factory=SearchSettings)
+    service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)

@@ -35,7 +35,7 @@ def build_pipeline(settings: WorkerSettings) -> tuple[DocumentLedger, IngestPipe
         tokenizer=embedder,
         encoder=embedder,
         bm25=Bm25Encoder(Analyzer(), settings.analyzer),
-        retriever=RetrieverClient(settings.retriever),
+        retriever=RetrieverClient(settings.retriever, settings.service_token),
         limits=settings.limits,
     )
     return ledger, pipeline
@@ -56,7 +56,7 @@ def build_sweeper(settings: WorkerSettings, app: Celery) -> Sweeper:
 def start_health(settings: WorkerSettings) -> None:
     engine = build_engine(settings.database)
     redis = Redis.from_url(settings.redis.url, socket_timeout=2)
-    retriever = RetrieverClient(settings.retriever)
+    retriever = RetrieverClient(settings.retriever, settings.service_token)
     checks = {
         "database": lambda: _database_answers(engine),
         "redis": lambda: bool(redis.ping()),

@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings
 
 from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
+    SERVICE_TOKEN_DESCRIPTION,
     AnalyzerSettings,
     BlobSettings,
     DatabaseSettings,
@@ -42,3 +43,4 @@ class WorkerSettings(BaseSettings):
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
+    service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)

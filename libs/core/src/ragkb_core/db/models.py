@@ -103,3 +103,24 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class ApiKey(Base):
+    """A caller of the public API. The key itself is never stored: only its sha256 and a display prefix.
+
+    `grants` maps a KB id to "read" or "write" (write implies read) and matters for the "client" role only;
+    "admin" keys see everything. `search_filter` ({labels_any, doc_types}) is ANDed into every search.
+    """
+
+    __tablename__ = "api_keys"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    name: Mapped[str] = mapped_column(String(200))
+    role: Mapped[str] = mapped_column(String(20))
+    # The key's non-secret middle part (`rk_<prefix>_<secret>`): finds the row, and names the key in lists.
+    prefix: Mapped[str] = mapped_column(String(32), unique=True)
+    key_hash: Mapped[str] = mapped_column(String(64))
+    grants: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    search_filter: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

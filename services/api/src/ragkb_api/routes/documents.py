@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from ragkb_api.schemas import DocumentAccepted, DocumentFields, DocumentOut, DocumentPatch, TextDocumentCreate
 from ragkb_api.services import DocumentService, Upload
 from ragkb_core.errors import InvalidInput, UnsupportedMediaType
+from ragkb_http import access
 
 StatusFilter = Literal["pending", "processing", "done", "failed"]
 UPLOAD_DESCRIPTION = """Add a document, or a new version of one (same `source_id`).
@@ -25,7 +26,7 @@ class DocumentController(Controller):
     path = "/v1/knowledge-bases/{kb_id:str}/documents"
     tags = ["documents"]
 
-    @post("/", status_code=202, summary="Upload a document", description=UPLOAD_DESCRIPTION)
+    @post("/", status_code=202, summary="Upload a document", description=UPLOAD_DESCRIPTION, opt=access("write"))
     async def upload(
         self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService
     ) -> DocumentAccepted:
@@ -33,7 +34,7 @@ class DocumentController(Controller):
         # Hashing, writing the blob and the database are blocking: keep them off the event loop.
         return await run_sync(document_service.accept, kb_id, fields, upload)
 
-    @get("/", sync_to_thread=True, summary="List documents, optionally by status")
+    @get("/", sync_to_thread=True, summary="List documents, optionally by status", opt=access("read"))
     def list_all(
         self,
         kb_id: str,
@@ -42,21 +43,43 @@ class DocumentController(Controller):
     ) -> list[DocumentOut]:
         return document_service.list(kb_id, status)
 
-    @get("/{document_id:str}", sync_to_thread=True, summary="Get a document's status, version and timings")
+    @get(
+        "/{document_id:str}",
+        sync_to_thread=True,
+        summary="Get a document's status, version and timings",
+        opt=access("read"),
+    )
     def get_one(self, kb_id: str, document_id: str, document_service: DocumentService) -> DocumentOut:
         return document_service.get(kb_id, document_id)
 
-    @patch("/{document_id:str}", sync_to_thread=True, summary="Change title, source_id, labels or metadata")
+    @patch(
+        "/{document_id:str}",
+        sync_to_thread=True,
+        summary="Change title, source_id, labels or metadata",
+        opt=access("write"),
+    )
     def update(
         self, kb_id: str, document_id: str, data: DocumentPatch, document_service: DocumentService
     ) -> DocumentOut:
         return document_service.update(kb_id, document_id, data)
 
-    @post("/{document_id:str}/retry", status_code=202, sync_to_thread=True, summary="Queue a failed document again")
+    @post(
+        "/{document_id:str}/retry",
+        status_code=202,
+        sync_to_thread=True,
+        summary="Queue a failed document again",
+        opt=access("write"),
+    )
     def retry(self, kb_id: str, document_id: str, document_service: DocumentService) -> DocumentOut:
         return document_service.retry(kb_id, document_id)
 
-    @delete("/{document_id:str}", status_code=204, sync_to_thread=True, summary="Delete a document and its chunks")
+    @delete(
+        "/{document_id:str}",
+        status_code=204,
+        sync_to_thread=True,
+        summary="Delete a document and its chunks",
+        opt=access("write"),
+    )
     def remove(self, kb_id: str, document_id: str, document_service: DocumentService) -> None:
         document_service.delete(kb_id, document_id)
 

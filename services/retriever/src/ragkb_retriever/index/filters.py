@@ -35,7 +35,7 @@ def kb_filter(kb_id: str) -> FilterSpec:
 
 def scope_is_empty(scope: ScopeFilter) -> bool:
     """An empty allow-list grants nothing: the search must return nothing, not everything."""
-    allow_lists = (scope.document_ids, scope.labels_any, scope.doc_types)
+    allow_lists = (scope.document_ids, scope.labels_any, scope.doc_types, scope.required_labels_any)
     return any(values is not None and not values for values in allow_lists)
 
 
@@ -45,6 +45,7 @@ def scope_filter(kb_id: str, scope: ScopeFilter) -> FilterSpec:
         ("document_id", scope.document_ids),
         ("labels", scope.labels_any),
         ("doc_type", scope.doc_types),
+        ("labels", scope.required_labels_any),
     )
     matches = [FieldMatch(field, tuple(values)) for field, values in optional if values]
     return FilterSpec(must=(*kb_filter(kb_id).must, *matches))
