@@ -139,6 +139,10 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         "RAGKB_TASKS__LEASE_S": "20",
         "RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": secrets.token_urlsafe(32),
         "RAGKB_SERVICE_TOKEN": secrets.token_urlsafe(32),
+        # The session's tests (the fuzz run above all) share one admin key: a limit they never reach. The
+        # limiter itself is tested in tests/unit/test_rate_limit.py and tests/integration/test_api_limits.py.
+        "RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE": "600000",
+        "RAGKB_RATE_LIMIT__BURST": "100000",
     }
     env.pop("RAGKB_RETRIEVER__URL", None)
     _flush_redis_db(redis_db)

@@ -20,6 +20,11 @@ class RagkbError(Exception):
         self.extra = extra
 
     @property
+    def headers(self) -> dict[str, str]:
+        """HTTP headers the answer carries besides the problem body (e.g. Retry-After)."""
+        return {}
+
+    @property
     def type_slug(self) -> str:
         return self.title.lower().replace(" ", "-")
 
@@ -76,3 +81,18 @@ class Forbidden(RagkbError):
 
     status = 403
     title = "Forbidden"
+
+
+class TooManyRequests(RagkbError):
+    """A caller spent its request budget (per-key rate limit); it may try again after `retry_after_s`."""
+
+    status = 429
+    title = "Too many requests"
+
+    def __init__(self, detail: str, *, retry_after_s: int) -> None:
+        super().__init__(detail, retry_after_s=retry_after_s)
+        self.retry_after_s = retry_after_s
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}

@@ -25,12 +25,20 @@ def make_celery(settings: RedisSettings) -> Celery:
         # One message at a time per process: ingest tasks are long, prefetching would starve other workers.
         worker_prefetch_multiplier=1,
         # Redelivery after a lost worker waits this long; ingest tasks are bounded well below it.
-        broker_transport_options={"visibility_timeout": 3600},
+        broker_transport_options={
+            "visibility_timeout": 3600,
+            # A hung Redis must not hang an upload or a worker: socket operations give up (kombu's own
+            # blocking reads poll for 1 s, well below this).
+            "socket_timeout": 10,
+            "socket_connect_timeout": 5,
+        },
         task_serializer="json",
         accept_content=["json"],
         # Retry connecting to the broker when publishing instead of failing the upload at once.
         broker_connection_retry_on_startup=True,
         task_publish_retry=True,
+        # ...but boundedly: an upload waits at most ~3 s for the broker, then the sweeper queues the document.
+        task_publish_retry_policy={"max_retries": 3, "interval_start": 0, "interval_step": 0.5, "interval_max": 1},
     )
     return app
 

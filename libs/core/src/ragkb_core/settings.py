@@ -21,6 +21,10 @@ class DatabaseSettings(BaseModel):
     # SQLite file by default; any SQLAlchemy URL (postgresql+psycopg://...) for PostgreSQL.
     url: str = f"sqlite:///{DEFAULT_DATA_DIR}/ragkb.db"
     echo: bool = False
+    # PostgreSQL only (SQLite waits up to 30 s for its file lock): bounds on waiting for a pooled
+    # connection and on connecting to the server.
+    pool_timeout_s: float = Field(default=10.0, gt=0)
+    connect_timeout_s: int = Field(default=10, ge=1)
 
 
 class RedisSettings(BaseModel):

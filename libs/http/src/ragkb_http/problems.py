@@ -16,7 +16,12 @@ _log = logging.getLogger("ragkb.http")
 
 
 def problem_response(
-    status: int, title: str, detail: str, request: Request[Any, Any, Any], **extra: Any
+    status: int,
+    title: str,
+    detail: str,
+    request: Request[Any, Any, Any],
+    headers: dict[str, str] | None = None,
+    **extra: Any,
 ) -> Response[dict[str, Any]]:
     body = {
         "type": f"https://ragkb.dev/problems/{title.lower().replace(' ', '-')}",
@@ -26,13 +31,13 @@ def problem_response(
         "instance": request.url.path,
         **extra,
     }
-    return Response(content=body, status_code=status, media_type=PROBLEM_MEDIA_TYPE)
+    return Response(content=body, status_code=status, media_type=PROBLEM_MEDIA_TYPE, headers=headers)
 
 
 def _domain_error(request: Request[Any, Any, Any], exc: RagkbError) -> Response[dict[str, Any]]:
     if exc.status >= 500:
         _log.warning("%s %s: %s", request.method, request.url.path, exc.detail)
-    return problem_response(exc.status, exc.title, exc.detail, request, **exc.extra)
+    return problem_response(exc.status, exc.title, exc.detail, request, exc.headers, **exc.extra)
 
 
 def _validation_error(request: Request[Any, Any, Any], exc: ValidationException) -> Response[dict[str, Any]]:
@@ -48,7 +53,7 @@ def _validation_detail(exc: ValidationException) -> str:
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[dict[str, Any]]:
     title = "Not found" if isinstance(exc, NotFoundException) else _title_for(exc.status_code)
-    return problem_response(exc.status_code, title, str(exc.detail), request)
+    return problem_response(exc.status_code, title, str(exc.detail), request, exc.headers)
 
 
 def _unexpected_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:

@@ -13,6 +13,7 @@ from redis import Redis
 from sqlalchemy import Engine, text
 
 from ragkb_api.guards import AccessGuard, provide_caller
+from ragkb_api.rate_limit import TokenBuckets
 from ragkb_api.routes.api_keys import ApiKeyController
 from ragkb_api.routes.documents import DocumentController
 from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
@@ -61,7 +62,8 @@ def build_services(settings: ApiSettings) -> ApiServices:
 
 def create_app(settings: ApiSettings) -> Litestar:
     services = build_services(settings)
-    redis = Redis.from_url(settings.redis.url, socket_timeout=2)
+    # Readiness must answer quickly even when Redis hangs.
+    redis = Redis.from_url(settings.redis.url, socket_timeout=2, socket_connect_timeout=2)
     checks = {
         "database": lambda: _database_answers(services.engine),
         "redis": lambda: bool(redis.ping()),
@@ -76,7 +78,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             ApiKeyController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
-        guards=[AccessGuard(services.api_keys)],
+        guards=[AccessGuard(services.api_keys, TokenBuckets(settings.rate_limit))],
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),

@@ -3,7 +3,8 @@
 It resolves the caller from `Authorization: Bearer <key>` (401 when missing, unknown or revoked), checks what
 the route declares it needs (`opt=access(...)`, admin when undeclared) against the caller's role and its
 grant for the path's `kb_id` (403, or 404 for a KB the caller may not read), and leaves the caller in the
-request state for the handlers that scope their answers (KB list, search)."""
+request state for the handlers that scope their answers (KB list, search). An authenticated caller then
+spends one token of its key's rate-limit bucket (429 when empty); refused and public requests cost none."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from ragkb_api.access import DEFAULT_ACCESS, Caller, authorize, bearer_token
+from ragkb_api.rate_limit import TokenBuckets
 from ragkb_api.services import ApiKeyService
 from ragkb_http import PUBLIC, declared_access
 
@@ -22,8 +24,9 @@ CALLER_STATE = "caller"
 
 
 class AccessGuard:
-    def __init__(self, keys: ApiKeyService) -> None:
+    def __init__(self, keys: ApiKeyService, buckets: TokenBuckets) -> None:
         self._keys = keys
+        self._buckets = buckets
 
     async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
         needed = declared_access(handler, default=DEFAULT_ACCESS)
@@ -32,6 +35,7 @@ class AccessGuard:
         presented = bearer_token(connection.headers.get("authorization"))
         # A database read: off the event loop.
         caller = await run_sync(self._keys.authenticate, presented)
+        self._buckets.take(caller.key_id)
         authorize(caller, needed, connection.path_params.get("kb_id"))
         connection.state[CALLER_STATE] = caller
 

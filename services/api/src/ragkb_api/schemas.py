@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints, field_validator, model_validator
+from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
 from ragkb_core.contracts import DocType, SearchHit, SearchMode
 from ragkb_core.kb_settings import KbChunking
 
 MAX_LABELS = 50
 MAX_LABEL_CHARS = 100
+# Ids are 32-character hex (ragkb_core.ids); the bound leaves room and keeps hostile input small.
+MAX_ID_CHARS = 64
+MAX_KBS_PER_SEARCH = 50
+MAX_DOCUMENT_IDS_PER_SEARCH = 1000
+Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
+
+
+def _as_utc(value: datetime) -> datetime:
+    # Times are stored in UTC; SQLite hands them back without their offset, and RFC 3339 (OpenAPI's
+    # date-time) requires one.
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+
+
+UtcDateTime = Annotated[datetime, AfterValidator(_as_utc)]
+FilterLabel = Annotated[str, StringConstraints(min_length=1, max_length=MAX_LABEL_CHARS)]
 
 
 class KnowledgeBaseCreate(BaseModel):
@@ -43,8 +59,8 @@ class KnowledgeBaseOut(BaseModel):
     analyzer_version: str
     chunking: KbChunking
     document_counts: dict[str, int]
-    created_at: datetime
-    updated_at: datetime
+    created_at: UtcDateTime
+    updated_at: UtcDateTime
 
 
 class DocumentFields(BaseModel):
@@ -65,7 +81,11 @@ class DocumentFields(BaseModel):
 
 
 class DocumentPatch(BaseModel):
-    """Metadata-only change: applied to the index payload in place, nothing is re-embedded."""
+    """Metadata-only change: applied to the index payload in place, nothing is re-embedded.
+
+    `doc_type` is deliberately not a field: a document never changes between knowledge and reference in
+    place (a reference is the authoritative original). A `doc_type` that differs from the document's own
+    is answered 409 (delete and register again); the same value is accepted and changes nothing."""
 
     title: str | None = Field(default=None, min_length=1, max_length=1024)
     source_id: str | None = Field(default=None, min_length=1, max_length=1024)
@@ -78,6 +98,21 @@ class DocumentPatch(BaseModel):
         if labels is not None:
             DocumentFields._labels_are_short(labels)
         return labels
+
+    # The `doc_type` the request carried, if any: not a field (see above), only kept to refuse it clearly.
+    _requested_doc_type: Any = None
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _remember_doc_type(cls, raw: Any, handler: ValidatorFunctionWrapHandler) -> DocumentPatch:
+        patch: DocumentPatch = handler(raw)
+        if isinstance(raw, dict):
+            patch._requested_doc_type = raw.get("doc_type")
+        return patch
+
+    @property
+    def requested_doc_type(self) -> Any:
+        return self._requested_doc_type
 
     def changes(self) -> dict[str, Any]:
         return self.model_dump(exclude_none=True)
@@ -107,9 +142,9 @@ class DocumentOut(BaseModel):
     attempts: int
     stage_timings: dict[str, Any]
     ingest_report: dict[str, Any]
-    created_at: datetime
-    updated_at: datetime
-    indexed_at: datetime | None
+    created_at: UtcDateTime
+    updated_at: UtcDateTime
+    indexed_at: UtcDateTime | None
 
 
 class DocumentAccepted(DocumentOut):
@@ -120,19 +155,20 @@ class DocumentAccepted(DocumentOut):
 class KeySearchFilter(BaseModel):
     """A key's mandatory search filter: ANDed into every search the key makes (same fields as `filters`)."""
 
-    labels_any: list[str] | None = Field(default=None, max_length=MAX_LABELS)
-    doc_types: list[DocType] | None = None
+    labels_any: list[FilterLabel] | None = Field(default=None, max_length=MAX_LABELS)
+    doc_types: list[DocType] | None = Field(default=None, max_length=2)
 
 
 class SearchFilters(KeySearchFilter):
     """Scope applied inside the engine before ranking: a passage outside it is never a candidate."""
 
-    document_ids: list[str] | None = Field(default=None, max_length=1000)
+    document_ids: list[Id] | None = Field(default=None, max_length=MAX_DOCUMENT_IDS_PER_SEARCH)
 
 
 class SearchRequest(BaseModel):
+    # The configured bound (RAGKB_LIMITS__MAX_QUERY_CHARS) is checked by the service.
     query: str = Field(min_length=1)
-    knowledge_base_ids: list[str] = Field(min_length=1, max_length=50)
+    knowledge_base_ids: list[Id] = Field(min_length=1, max_length=MAX_KBS_PER_SEARCH)
     top_k: int = Field(default=12, ge=1, le=100)
     # hybrid: dense + BM25 fused by RRF; semantic: dense only; keyword: BM25 only.
     mode: SearchMode = "hybrid"
@@ -153,7 +189,7 @@ class SearchResponse(BaseModel):
 
 
 Role = Literal["admin", "client"]
-Grants = dict[str, Literal["read", "write"]]
+Grants = dict[Id, Literal["read", "write"]]
 
 
 class ApiKeyCreate(BaseModel):
@@ -179,8 +215,8 @@ class ApiKeyOut(BaseModel):
     prefix: str
     grants: Grants
     search_filter: KeySearchFilter | None
-    created_at: datetime
-    revoked_at: datetime | None
+    created_at: UtcDateTime
+    revoked_at: UtcDateTime | None
 
 
 class ApiKeyCreated(ApiKeyOut):

@@ -177,12 +177,17 @@ class DocumentService:
 
     def update(self, kb_id: str, document_id: str, patch: DocumentPatch) -> DocumentOut:
         changes = patch.changes()
-        if not changes:
+        if not changes and patch.requested_doc_type is None:
             raise InvalidInput("nothing to change: give title, source_id, labels or metadata")
         with transaction(self._sessions) as session:
             document = _load_document(session, kb_id, document_id)
+            _ensure_doc_type_kept(document, patch.requested_doc_type)
+            if not changes:
+                return _document_out(document)
             if "source_id" in changes:
                 _ensure_source_id_free(session, kb_id, changes["source_id"], document_id)
+            if "labels" in changes:
+                _ensure_labels_on_one_side(session, kb_id, document.doc_type, changes["labels"])
             _apply_patch(document, changes)
             session.flush()
             # Inside the transaction: if the index refuses, the database keeps the old values too.
@@ -245,8 +250,11 @@ class DocumentService:
             existing = session.scalars(
                 select(Document).where(Document.kb_id == kb_id, Document.source_id == source_id).with_for_update()
             ).one_or_none()
-            if existing is not None and _is_unchanged(existing, sha, fields):
-                return existing, None, False
+            if existing is not None:
+                _ensure_version_allowed(existing, fields, sha)
+                if _is_unchanged(existing, sha, fields):
+                    return existing, None, False
+            _ensure_labels_on_one_side(session, kb_id, fields.doc_type, fields.labels)
             document, replaced = _upsert_version(
                 session,
                 existing=existing,
@@ -428,6 +436,48 @@ def _ensure_source_id_free(session: Session, kb_id: str, source_id: str, documen
     ).first()
     if other is not None:
         raise Conflict(f"source_id {source_id!r} already names document {other} in this knowledge base")
+
+
+def _ensure_version_allowed(existing: Document, fields: DocumentFields, sha: str) -> None:
+    """A new version never changes a document's doc_type, and a reference's content is never replaced: it is
+    the authoritative original. (The same content again is fine: that is how a failed reference is retried.)"""
+    if existing.doc_type != fields.doc_type:
+        raise Conflict(
+            f"source_id {existing.source_id!r} names a {existing.doc_type} document, which cannot become "
+            f"{fields.doc_type}: delete it and register it again",
+            document_id=existing.id,
+        )
+    if existing.doc_type == "reference" and existing.blob_sha256 != sha:
+        raise Conflict(
+            f"source_id {existing.source_id!r} names a reference document, whose content cannot be replaced: "
+            "delete it and register it again",
+            document_id=existing.id,
+        )
+
+
+def _ensure_doc_type_kept(document: Document, requested: Any) -> None:
+    if requested is not None and requested != document.doc_type:
+        raise Conflict(
+            f"document {document.id} is a {document.doc_type} document and cannot become {requested}: "
+            "delete it and register it again",
+            document_id=document.id,
+        )
+
+
+def _ensure_labels_on_one_side(session: Session, kb_id: str, doc_type: str, labels: list[str]) -> None:
+    """Labels of reference documents and labels of knowledge documents are disjoint within a KB, so that a
+    label filter selects one kind or the other, never a mix."""
+    if not labels:
+        return
+    used = session.scalars(select(Document.labels).where(Document.kb_id == kb_id, Document.doc_type != doc_type))
+    conflicting = sorted(set(labels) & {label for row in used for label in row})
+    if conflicting:
+        other = "knowledge" if doc_type == "reference" else "reference"
+        raise Conflict(
+            f"labels already used by {other} documents in this knowledge base: {', '.join(conflicting)}; "
+            "reference and knowledge documents cannot share labels",
+            conflicting_labels=conflicting,
+        )
 
 
 def _apply_patch(document: Document, changes: dict[str, Any]) -> None:

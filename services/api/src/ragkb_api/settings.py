@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings
 
+from ragkb_api.rate_limit import RateLimitSettings
 from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
     SERVICE_TOKEN_DESCRIPTION,
@@ -27,4 +28,5 @@ class ApiSettings(BaseSettings):
     retriever: RetrieverClientSettings = Field(default_factory=RetrieverClientSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)

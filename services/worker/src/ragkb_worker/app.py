@@ -50,7 +50,9 @@ def create_worker_app(settings: WorkerSettings) -> Celery:
 
 
 def build_sweeper(settings: WorkerSettings, app: Celery) -> Sweeper:
-    return Sweeper(build_ledger(settings), app, Redis.from_url(settings.redis.url), settings.tasks)
+    # The sweeper only asks the queue's length: a hung Redis must fail that tick, not block it forever.
+    redis = Redis.from_url(settings.redis.url, socket_timeout=5, socket_connect_timeout=5)
+    return Sweeper(build_ledger(settings), app, redis, settings.tasks)
 
 
 def start_health(settings: WorkerSettings) -> None:

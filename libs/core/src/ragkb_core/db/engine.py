@@ -21,7 +21,15 @@ def build_engine(settings: DatabaseSettings) -> Engine:
     url = make_url(settings.url)
     if url.get_backend_name() == "sqlite":
         return _sqlite_engine(settings)
-    return create_engine(url, echo=settings.echo, pool_pre_ping=True)
+    # pool_timeout: a request waits at most this long for a pooled connection, then fails (503) instead
+    # of queueing forever; connect_timeout: an unreachable server fails a connect in seconds, not minutes.
+    return create_engine(
+        url,
+        echo=settings.echo,
+        pool_pre_ping=True,
+        pool_timeout=settings.pool_timeout_s,
+        connect_args={"connect_timeout": settings.connect_timeout_s},
+    )
 
 
 def _sqlite_engine(settings: DatabaseSettings) -> Engine:
