@@ -1,14 +1,13 @@
 """HTTP plumbing shared by the Litestar services (api, retriever)."""
 
 from ragkb_http.guards import ACCESS_OPT, PUBLIC, access, declared_access, service_token_guard
-from ragkb_http.health import ReadinessCheck, health_router
+from ragkb_http.health import health_router
 from ragkb_http.problems import PROBLEM_HANDLERS, problem_response
 
 __all__ = [
     "ACCESS_OPT",
     "PROBLEM_HANDLERS",
     "PUBLIC",
-    "ReadinessCheck",
     "access",
     "declared_access",
     "health_router",

@@ -10,7 +10,7 @@ from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from redis import Redis
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine
 
 from ragkb_api.guards import AccessGuard, provide_caller
 from ragkb_api.rate_limit import TokenBuckets
@@ -21,7 +21,7 @@ from ragkb_api.routes.search import SearchController
 from ragkb_api.services import ApiKeyService, DocumentService, KnowledgeBaseService, SearchService
 from ragkb_api.settings import ApiSettings
 from ragkb_core.blobs import BlobStore
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
+from ragkb_core.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
 from ragkb_core.queue import make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, health_router
@@ -65,7 +65,7 @@ def create_app(settings: ApiSettings) -> Litestar:
     # Readiness must answer quickly even when Redis hangs.
     redis = Redis.from_url(settings.redis.url, socket_timeout=2, socket_connect_timeout=2)
     checks = {
-        "database": lambda: _database_answers(services.engine),
+        "database": lambda: database_answers(services.engine),
         "redis": lambda: bool(redis.ping()),
         "retriever": services.retriever.ready,
     }
@@ -99,9 +99,3 @@ def create_app(settings: ApiSettings) -> Litestar:
         on_shutdown=[services.retriever.close, services.engine.dispose, redis.close],
         logging_config=None,
     )
-
-
-def _database_answers(engine: Engine) -> bool:
-    with engine.connect() as connection:
-        connection.execute(text("SELECT 1"))
-    return True

@@ -6,11 +6,10 @@ import functools
 
 from celery import Celery
 from redis import Redis
-from sqlalchemy import Engine, text
 
 from ragkb_analyzer import Analyzer, Bm25Encoder
 from ragkb_core.blobs import BlobStore
-from ragkb_core.db.engine import build_engine, build_session_factory
+from ragkb_core.db.engine import build_engine, build_session_factory, database_answers
 from ragkb_core.queue import make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_models import load_embedder
@@ -60,14 +59,8 @@ def start_health(settings: WorkerSettings) -> None:
     redis = Redis.from_url(settings.redis.url, socket_timeout=2)
     retriever = RetrieverClient(settings.retriever, settings.service_token)
     checks = {
-        "database": lambda: _database_answers(engine),
+        "database": lambda: database_answers(engine),
         "redis": lambda: bool(redis.ping()),
         "retriever": retriever.ready,
     }
     start_health_server(settings.worker.host, settings.worker.port, checks)
-
-
-def _database_answers(engine: Engine) -> bool:
-    with engine.connect() as connection:
-        connection.execute(text("SELECT 1"))
-    return True

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-ReadinessChecks = Mapping[str, Callable[[], bool]]
+from ragkb_core.health import ReadinessChecks, run_checks
 
 
 def start_health_server(host: str, port: int, checks: ReadinessChecks) -> ThreadingHTTPServer:
@@ -23,7 +22,7 @@ def _handler_for(checks: ReadinessChecks) -> type[BaseHTTPRequestHandler]:
             if self.path == "/health":
                 self._answer(200, {"status": "ok"})
             elif self.path == "/ready":
-                results = {name: _safe(check) for name, check in checks.items()}
+                results = run_checks(checks)
                 ready = all(results.values())
                 self._answer(200 if ready else 503, {"status": "ready" if ready else "not ready", "checks": results})
             else:
@@ -41,10 +40,3 @@ def _handler_for(checks: ReadinessChecks) -> type[BaseHTTPRequestHandler]:
             pass  # probes every few seconds would drown the worker's log
 
     return HealthHandler
-
-
-def _safe(check: Callable[[], bool]) -> bool:
-    try:
-        return check()
-    except Exception:  # a readiness probe reports failure, it never raises
-        return False

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -49,6 +49,13 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def database_answers(engine: Engine) -> bool:
+    """Readiness: a round trip to the database."""
+    with engine.connect() as connection:
+        connection.execute(text("SELECT 1"))
+    return True
 
 
 def build_session_factory(engine: Engine) -> sessionmaker[Session]:
