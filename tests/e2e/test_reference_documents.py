@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +107,17 @@ def test_a_hostile_source_id_and_filename_are_opaque_and_write_nothing_outside_t
     # The database, its journal, the index and the log may grow; no file named after the hostile input appears.
     assert [path for path in created if path.name in ("passwd", "evil.md")] == []
     assert not Path("/etc/passwd").read_text().startswith("Hostile")
+
+
+def test_concurrent_writers_cannot_put_one_label_on_both_kinds(ragkb: RunningRagkb, kb: str) -> None:
+    def upload(n: int) -> int:
+        doc_type = "reference" if n % 2 else "knowledge"
+        return post_text(
+            ragkb, kb, f"Entry {n}.", source_id=f"entry-{n}", labels=["shared"], doc_type=doc_type
+        ).status_code
+
+    with ThreadPoolExecutor(8) as pool:
+        statuses = list(pool.map(upload, range(16)))
+    assert set(statuses) <= {202, 409} and 202 in statuses
+    listed = ragkb.client.get(f"/v1/knowledge-bases/{kb}/documents").json()
+    assert len({d["doc_type"] for d in listed if "shared" in d["labels"]}) == 1

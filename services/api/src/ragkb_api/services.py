@@ -9,7 +9,7 @@ from pathlib import PurePath
 from typing import Any
 
 from celery import Celery
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -469,6 +469,7 @@ def _ensure_labels_on_one_side(session: Session, kb_id: str, doc_type: str, labe
     label filter selects one kind or the other, never a mix."""
     if not labels:
         return
+    _serialize_label_writes(session, kb_id)
     used = session.scalars(select(Document.labels).where(Document.kb_id == kb_id, Document.doc_type != doc_type))
     conflicting = sorted(set(labels) & {label for row in used for label in row})
     if conflicting:
@@ -478,6 +479,12 @@ def _ensure_labels_on_one_side(session: Session, kb_id: str, doc_type: str, labe
             "reference and knowledge documents cannot share labels",
             conflicting_labels=conflicting,
         )
+
+
+def _serialize_label_writes(session: Session, kb_id: str) -> None:
+    """A write to the KB row before reading labels: PostgreSQL locks that row and SQLite takes its write
+    lock, so two concurrent writers (one reference, one knowledge, same new label) check one after the other."""
+    session.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(updated_at=KnowledgeBase.updated_at))
 
 
 def _apply_patch(document: Document, changes: dict[str, Any]) -> None:
