@@ -128,6 +128,17 @@ def _bodies(world: World, b_doc: str) -> dict[tuple[str, str], Any]:
         ("post", "/v1/search"): {"query": "lunch", "knowledge_base_ids": [world.kb_b], "filters": {}},
         ("post", "/v1/api-keys"): {"name": "escalate", "role": "client", "grants": {world.kb_b: "write"}},
         ("patch", "/v1/api-keys/{key_id}"): {"grants": {world.kb_b: "write"}},
+        ("post", "/v1/tools/grep_files"): {"pattern": "lunch", "knowledge_base_ids": [world.kb_b]},
+        ("post", "/v1/tools/read_file"): {"document_id": b_doc},
+        ("post", "/v1/tools/get_surrounding_context"): {
+            "chunk_id": str(uuid.uuid4()),
+            "knowledge_base_ids": [world.kb_b],
+        },
+        ("post", "/retrieval"): {
+            "knowledge_id": world.kb_b,
+            "query": "lunch",
+            "retrieval_setting": {"top_k": 3, "score_threshold": 0},
+        },
     }
 
 

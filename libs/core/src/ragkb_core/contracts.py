@@ -108,3 +108,17 @@ class SearchHit(BaseModel):
 class SearchResult(BaseModel):
     results: list[SearchHit]
     took_ms: float
+
+
+class ContextQuery(BaseModel):
+    """api → retriever: a passage of one KB and how many passages of its document version to add around it."""
+
+    chunk_id: str = Field(pattern=r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
+    before: int = Field(default=1, ge=0, le=20)
+    after: int = Field(default=1, ge=0, le=20)
+
+
+class ContextResult(BaseModel):
+    """The passage and its neighbours, in document order (`score` is 0: nothing was ranked)."""
+
+    passages: list[SearchHit]

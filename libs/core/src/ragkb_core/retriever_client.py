@@ -7,7 +7,15 @@ from typing import Any
 import httpx
 from pydantic import SecretStr
 
-from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo, SearchQuery, SearchResult
+from ragkb_core.contracts import (
+    ContextQuery,
+    ContextResult,
+    DocumentPoints,
+    DocumentWriteResult,
+    KbIndexInfo,
+    SearchQuery,
+    SearchResult,
+)
 from ragkb_core.errors import InvalidInput, NotFound, RagkbError, Unavailable
 from ragkb_core.settings import RetrieverClientSettings
 
@@ -52,6 +60,11 @@ class RetrieverClient:
     def search(self, query: SearchQuery) -> SearchResult:
         data = self._call("POST", "/search", json=query.model_dump(mode="json"))
         return SearchResult.model_validate(data)
+
+    def surrounding(self, kb_id: str, query: ContextQuery) -> ContextResult:
+        """A passage of the KB and its neighbours in document order (NotFound when the KB has no such passage)."""
+        data = self._call("POST", f"/kbs/{kb_id}/context", json=query.model_dump(mode="json"))
+        return ContextResult.model_validate(data)
 
     def ready(self) -> bool:
         try:

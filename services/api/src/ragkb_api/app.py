@@ -12,14 +12,20 @@ from litestar.openapi.spec import Components, SecurityScheme
 from redis import Redis
 from sqlalchemy import Engine
 
+from ragkb_api.dify import DifyService
 from ragkb_api.guards import AccessGuard, provide_caller
+from ragkb_api.mcp import McpServer
 from ragkb_api.rate_limit import TokenBuckets
 from ragkb_api.routes.api_keys import ApiKeyController
+from ragkb_api.routes.dify import DifyController
 from ragkb_api.routes.documents import DocumentController
 from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
+from ragkb_api.routes.mcp import McpController
 from ragkb_api.routes.search import SearchController
+from ragkb_api.routes.tools import ToolController
 from ragkb_api.services import ApiKeyService, DocumentService, KnowledgeBaseService, SearchService
 from ragkb_api.settings import ApiSettings
+from ragkb_api.tools import ToolService
 from ragkb_core.blobs import BlobStore
 from ragkb_core.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
 from ragkb_core.queue import make_celery
@@ -39,9 +45,12 @@ class ApiServices:
     documents: DocumentService
     search: SearchService
     api_keys: ApiKeyService
+    tools: ToolService
+    mcp: McpServer
+    dify: DifyService
 
 
-def build_services(settings: ApiSettings) -> ApiServices:
+def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
     engine = build_engine(settings.database)
     migrate_to_head(engine)
     sessions = build_session_factory(engine)
@@ -49,19 +58,27 @@ def build_services(settings: ApiSettings) -> ApiServices:
     queue = make_celery(settings.redis)
     retriever = RetrieverClient(settings.retriever, settings.service_token)
     bootstrap = settings.auth.bootstrap_admin_key
+    search = SearchService(sessions, retriever, settings.limits)
+    api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None)
+    tools = ToolService(sessions, blobs, retriever, search)
     return ApiServices(
         engine=engine,
         queue=queue,
         retriever=retriever,
         knowledge_bases=KnowledgeBaseService(sessions, retriever, blobs),
         documents=DocumentService(sessions, blobs, queue, retriever, settings.limits),
-        search=SearchService(sessions, retriever, settings.limits),
-        api_keys=ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None),
+        search=search,
+        api_keys=api_keys,
+        tools=tools,
+        mcp=McpServer(tools),
+        # The same buckets as the guard's: a key's rate limit counts its Dify calls too.
+        dify=DifyService(sessions, api_keys, buckets, search),
     )
 
 
 def create_app(settings: ApiSettings) -> Litestar:
-    services = build_services(settings)
+    buckets = TokenBuckets(settings.rate_limit)
+    services = build_services(settings, buckets)
     # Readiness must answer quickly even when Redis hangs.
     redis = Redis.from_url(settings.redis.url, socket_timeout=2, socket_connect_timeout=2)
     checks = {
@@ -76,14 +93,20 @@ def create_app(settings: ApiSettings) -> Litestar:
             DocumentController,
             SearchController,
             ApiKeyController,
+            ToolController,
+            McpController,
+            DifyController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
-        guards=[AccessGuard(services.api_keys, TokenBuckets(settings.rate_limit))],
+        guards=[AccessGuard(services.api_keys, buckets)],
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
             "key_service": Provide(lambda: services.api_keys, sync_to_thread=False),
+            "tool_service": Provide(lambda: services.tools, sync_to_thread=False),
+            "mcp_server": Provide(lambda: services.mcp, sync_to_thread=False),
+            "dify_service": Provide(lambda: services.dify, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
         exception_handlers=PROBLEM_HANDLERS,

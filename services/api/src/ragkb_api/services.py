@@ -129,6 +129,7 @@ class KnowledgeBaseService:
         self._retriever.drop_kb(kb_id)
         with transaction(self._sessions) as session:
             blob_shas = set(session.scalars(select(Document.blob_sha256).where(Document.kb_id == kb_id)))
+            blob_shas |= _text_blobs(session, Document.kb_id == kb_id)
             session.execute(delete(Document).where(Document.kb_id == kb_id))
             session.execute(delete(KnowledgeBase).where(KnowledgeBase.id == kb_id))
         _delete_unreferenced_blobs(self._sessions, self._blobs, blob_shas)
@@ -216,9 +217,9 @@ class DocumentService:
         self._retriever.delete_document(kb_id, document_id)
         with transaction(self._sessions) as session:
             document = _load_document(session, kb_id, document_id)
-            blob = document.blob_sha256
+            blobs = {document.blob_sha256, document.text_sha256} - {None}
             session.delete(document)
-        _delete_unreferenced_blobs(self._sessions, self._blobs, {blob})
+        _delete_unreferenced_blobs(self._sessions, self._blobs, {sha for sha in blobs if sha})
 
     def _check_size(self, upload: Upload) -> None:
         if len(upload.data) > self._limits.max_upload_bytes:
@@ -279,7 +280,7 @@ class SearchService:
         if len(request.query) > self._limits.max_query_chars:
             raise InvalidInput(f"the query is longer than {self._limits.max_query_chars} characters")
         kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
-        self._require_readable_kbs(kb_ids, caller)
+        self.require_readable_kbs(kb_ids, caller)
         filters = request.filters
         query = SearchQuery(
             query=request.query,
@@ -293,7 +294,7 @@ class SearchService:
         result = self._retriever.search(query)
         return SearchResponse(query=request.query, results=result.results, took_ms=result.took_ms)
 
-    def _require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
+    def require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
         """Every requested KB must exist and be readable; unknown and ungranted ids get the same answer."""
         readable = caller.readable(kb_ids)
         with self._sessions() as session:
@@ -557,9 +558,16 @@ def _status_counts(session: Session, kb_ids: Sequence[str]) -> dict[str, dict[st
     return counts
 
 
+def _text_blobs(session: Session, where: Any) -> set[str]:
+    return {sha for sha in session.scalars(select(Document.text_sha256).where(where)) if sha}
+
+
 def _delete_unreferenced_blobs(sessions: sessionmaker[Session], blobs: BlobStore, shas: set[str]) -> None:
+    """Delete those of `shas` that no document uses as its original or as its extracted text (one plain-text
+    document's text may have the same bytes, hence the same blob, as another's original)."""
     with sessions() as session:
         used = set(session.scalars(select(Document.blob_sha256).where(Document.blob_sha256.in_(shas))))
+        used |= _text_blobs(session, Document.text_sha256.in_(shas))
     for sha in shas - used:
         blobs.delete(sha)
 

@@ -7,7 +7,15 @@ from typing import Annotated, Any
 from litestar import Controller, delete, get, patch, post, put
 from litestar.params import Parameter
 
-from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo, SearchQuery, SearchResult
+from ragkb_core.contracts import (
+    ContextQuery,
+    ContextResult,
+    DocumentPoints,
+    DocumentWriteResult,
+    KbIndexInfo,
+    SearchQuery,
+    SearchResult,
+)
 from ragkb_core.errors import InvalidInput
 from ragkb_core.retriever_client import INTERNAL_PREFIX
 from ragkb_retriever.indexing import IndexService
@@ -50,6 +58,10 @@ class IndexController(Controller):
         self, kb_id: str, document_id: str, data: dict[str, Any], index_service: IndexService
     ) -> None:
         index_service.set_document_payload(kb_id, document_id, data)
+
+    @post("/{kb_id:str}/context", status_code=200, sync_to_thread=True, summary="A passage and its neighbours")
+    def surrounding(self, kb_id: str, data: ContextQuery, search_service: SearchService) -> ContextResult:
+        return search_service.surrounding(kb_id, data)
 
     @get("/{kb_id:str}/count", sync_to_thread=True, summary="Count a KB's points, optionally of one document")
     def count(self, kb_id: str, index_service: IndexService, document_id: str | None = None) -> dict[str, int]:

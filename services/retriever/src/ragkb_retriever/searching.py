@@ -8,7 +8,9 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol
 
 from ragkb_analyzer import Bm25Encoder
-from ragkb_core.contracts import SearchHit, SearchQuery, SearchResult, SparseTerms
+from ragkb_core.contracts import ContextQuery, ContextResult, SearchHit, SearchQuery, SearchResult, SparseTerms
+from ragkb_core.errors import NotFound
+from ragkb_retriever.index.filters import ordinal_window_filter
 from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex
 from ragkb_retriever.settings import SearchSettings
 
@@ -57,6 +59,19 @@ class SearchService:
         if len(query.knowledge_base_ids) == 1:
             return [one_kb(query.knowledge_base_ids[0])]
         return list(self._pool.map(one_kb, query.knowledge_base_ids))
+
+    def surrounding(self, kb_id: str, query: ContextQuery) -> ContextResult:
+        """The passage `chunk_id` of KB `kb_id` and its neighbours: same document, same version, by ordinal."""
+        found = self._index.retrieve(kb_id, query.chunk_id)
+        if found is None:
+            raise NotFound(f"passage {query.chunk_id} does not exist", chunk_id=query.chunk_id)
+        payload = found.payload
+        ordinal = int(payload["ordinal"])
+        window = range(max(0, ordinal - query.before), ordinal + query.after + 1)
+        spec = ordinal_window_filter(kb_id, payload["document_id"], int(payload["version"]), window)
+        hits = self._index.scroll(kb_id, spec, limit=len(window))
+        passages = sorted((_hit(kb_id, hit, None, None) for hit in hits), key=lambda hit: hit.ordinal)
+        return ContextResult(passages=passages)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)

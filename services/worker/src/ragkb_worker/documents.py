@@ -75,8 +75,16 @@ class DocumentLedger:
                 return None
             return _claim_of(session, session.get_one(Document, claim.document_id))
 
-    def finish(self, claim: Claim, chunk_count: int, timings: dict[str, float], report: dict[str, Any]) -> bool:
-        """Mark the claimed version live. False when a newer version arrived meanwhile (this one is stale)."""
+    def finish(
+        self,
+        claim: Claim,
+        chunk_count: int,
+        timings: dict[str, float],
+        report: dict[str, Any],
+        text_sha256: str | None = None,
+    ) -> bool:
+        """Mark the claimed version live, with its extracted text. False when a newer version arrived
+        meanwhile (this one is stale)."""
         with transaction(self._sessions) as session:
             finished = session.execute(
                 update(Document)
@@ -89,11 +97,26 @@ class DocumentLedger:
                     ingest_report=report,
                     lease_until=None,
                     indexed_at=utcnow(),
+                    text_sha256=text_sha256,
                 )
             ).rowcount  # type: ignore[attr-defined]
             if finished:
                 _mark_job(session, claim.document_id, JobStatus.SUCCEEDED)
         return bool(finished)
+
+    def text_sha256_of(self, document_id: str) -> str | None:
+        with self._sessions() as session:
+            return session.scalar(select(Document.text_sha256).where(Document.id == document_id))
+
+    def unreferenced_blobs(self, shas: set[str]) -> set[str]:
+        """Those of `shas` that no document uses, as original or as extracted text: safe to delete."""
+        if not shas:
+            return set()
+        with self._sessions() as session:
+            originals = select(Document.blob_sha256).where(Document.blob_sha256.in_(shas))
+            texts = select(Document.text_sha256).where(Document.text_sha256.in_(shas))
+            used = set(session.scalars(originals)) | set(session.scalars(texts))
+        return shas - used
 
     def fail(self, claim: Claim, reason: str) -> None:
         with transaction(self._sessions) as session:

@@ -76,7 +76,7 @@ class IngestPipeline:
     def run(self, claim: Claim) -> IngestOutcome:
         clock = StageClock()
         superseded = IngestOutcome(claim.document_id, "superseded")
-        chunks, report = self._prepare(claim, clock)
+        chunks, report, text = self._prepare(claim, clock)
         # Renewing between stages keeps the lease alive and notices a newer upload early.
         if (current := self._ledger.renew(claim)) is None:
             return superseded
@@ -89,7 +89,7 @@ class IngestPipeline:
         with clock.stage("index"):
             points = _document_points(current, chunks, dense, sparse, self._bm25.version)
             self._retriever.write_document(points)
-        return self._settle(current, len(chunks), clock, report)
+        return self._settle(current, len(chunks), clock, report, text)
 
     def _embed(self, claim: Claim, texts: list[str]) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
         """Dense and BM25 vectors, a slice at a time with the lease renewed in between, so that a large
@@ -104,7 +104,7 @@ class IngestPipeline:
             sparse.extend(self._bm25.encode_document(text) for text in piece)
         return np.concatenate(dense_parts), sparse
 
-    def _prepare(self, claim: Claim, clock: StageClock) -> tuple[list[Chunk], dict[str, object]]:
+    def _prepare(self, claim: Claim, clock: StageClock) -> tuple[list[Chunk], dict[str, object], str]:
         with clock.stage("parse"):
             data = self._blobs.read(claim.blob_sha256)
             if len(data) > self._limits.max_upload_bytes:
@@ -119,17 +119,28 @@ class IngestPipeline:
         if not chunks:
             raise ParseFailed("the document has no text to index after chunking")
         report: dict[str, object] = {"chunks": chunk_report.chunks, "dropped": dict(chunk_report.dropped)}
-        return chunks, report
+        return chunks, report, parsed.text
 
-    def _settle(self, claim: Claim, chunk_count: int, clock: StageClock, report: dict[str, object]) -> IngestOutcome:
-        """Make this version live, or withdraw its points if a newer version arrived while it was built."""
-        if self._ledger.finish(claim, chunk_count, clock.seconds, report):
+    def _settle(
+        self, claim: Claim, chunk_count: int, clock: StageClock, report: dict[str, object], text: str
+    ) -> IngestOutcome:
+        """Make this version live, or withdraw its points if a newer version arrived while it was built.
+        The extracted text is kept for the agent tools (read_file, grep_files) with the live version."""
+        text_sha = self._blobs.put(text.encode("utf-8"))
+        replaced_text = self._ledger.text_sha256_of(claim.document_id)
+        if self._ledger.finish(claim, chunk_count, clock.seconds, report, text_sha):
             self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
+            self._delete_unreferenced({replaced_text} - {None, text_sha})
             return IngestOutcome(claim.document_id, "done", chunk_count)
+        self._delete_unreferenced({text_sha})
         self._retriever.delete_document(claim.kb_id, claim.document_id, only_version=claim.version)
         if not self._ledger.exists(claim.document_id):
             self._retriever.delete_document(claim.kb_id, claim.document_id)
         return IngestOutcome(claim.document_id, "superseded")
+
+    def _delete_unreferenced(self, shas: set[str | None]) -> None:
+        for sha in self._ledger.unreferenced_blobs({sha for sha in shas if sha}):
+            self._blobs.delete(sha)
 
 
 def embedding_text(title: str, chunk: Chunk) -> str:

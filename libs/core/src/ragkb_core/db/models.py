@@ -69,6 +69,8 @@ class Document(Base):
     media_type: Mapped[str] = mapped_column(String(200))
     size_bytes: Mapped[int] = mapped_column(Integer)
     blob_sha256: Mapped[str] = mapped_column(String(64))
+    # The live version's extracted text (UTF-8) in the blob store; None for documents ingested before 0004.
+    text_sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
     labels: Mapped[list[str]] = mapped_column(default=list)
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     doc_type: Mapped[str] = mapped_column(String(20), default="knowledge")

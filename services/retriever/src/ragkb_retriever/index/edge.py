@@ -49,6 +49,7 @@ from qdrant_edge import (
     QueryBatchRequest,
     QueryRequest,
     ScoredPoint,
+    ScrollRequest,
     SearchParams,
     SparseVector,
     UpdateOperation,
@@ -173,6 +174,17 @@ class EdgeIndex:
         request = CountRequest(exact=True, filter=_edge_filter(filters.count_filter(kb_id, document_id, version)))
         with self._shard(kb_id) as (_, shard):
             return shard.count(request)
+
+    def retrieve(self, kb_id: str, point_id: str) -> IndexHit | None:
+        with self._shard(kb_id) as (_, shard):
+            records = shard.retrieve([point_id], with_payload=True, with_vector=False)
+        return next((IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
+
+    def scroll(self, kb_id: str, spec: filters.FilterSpec, limit: int) -> list[IndexHit]:
+        request = ScrollRequest(limit=limit, filter=_edge_filter(spec), with_payload=True, with_vector=False)
+        with self._shard(kb_id) as (_, shard):
+            records, _ = shard.scroll(request)
+        return [IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records]
 
     def search(  # noqa: PLR0917 -- the port's signature, positional as specified
         self,

@@ -73,3 +73,9 @@ def count_filter(kb_id: str, document_id: str | None, version: int | None) -> Fi
     if version is not None:
         return FilterSpec(must=(*kb_filter(kb_id).must, FieldMatch("version", (version,))))
     return kb_filter(kb_id)
+
+
+def ordinal_window_filter(kb_id: str, document_id: str, version: int, ordinals: range) -> FilterSpec:
+    """The passages of one document version whose ordinals lie in `ordinals` (a short window)."""
+    spec = document_filter(kb_id, document_id, version=version)
+    return FilterSpec(must=(*spec.must, FieldMatch("ordinal", tuple(ordinals))))

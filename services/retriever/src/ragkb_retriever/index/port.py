@@ -85,6 +85,14 @@ class VectorIndex(Protocol):
 
     def count(self, kb_id: str, document_id: str | None = None, version: int | None = None) -> int: ...
 
+    def retrieve(self, kb_id: str, point_id: str) -> IndexHit | None:
+        """One point by id, with its payload (score 0); None when the KB has no such point."""
+        ...
+
+    def scroll(self, kb_id: str, spec: FilterSpec, limit: int) -> list[IndexHit]:
+        """Up to `limit` points matching `spec`, with their payloads (score 0), in no particular order."""
+        ...
+
     def search(  # noqa: PLR0917 -- the port's signature, positional as specified
         self,
         kb_id: str,

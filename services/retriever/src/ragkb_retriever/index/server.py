@@ -114,6 +114,18 @@ class ServerIndex:
         with self._on_kb(kb_id):
             return self._client.count(ids.alias_name(kb_id), count_filter=selector, exact=True).count
 
+    def retrieve(self, kb_id: str, point_id: str) -> IndexHit | None:
+        with self._on_kb(kb_id):
+            records = self._client.retrieve(ids.alias_name(kb_id), ids=[point_id], with_payload=True)
+        return next((IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
+
+    def scroll(self, kb_id: str, spec: filters.FilterSpec, limit: int) -> list[IndexHit]:
+        with self._on_kb(kb_id):
+            records, _ = self._client.scroll(
+                ids.alias_name(kb_id), scroll_filter=_filter(spec), limit=limit, with_payload=True
+            )
+        return [IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records]
+
     def search(  # noqa: PLR0917 -- the port's signature, positional as specified
         self,
         kb_id: str,
