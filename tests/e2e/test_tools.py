@@ -340,3 +340,15 @@ def test_official_mcp_sdk_clients_use_every_tool_concurrently(ragkb: RunningRagk
         assert results["grep_files"] is not None and results["grep_files"]["matches"]
         context = results["get_surrounding_context"]
         assert context is not None and any(p["chunk_id"] == chunk_id for p in context["passages"])
+
+
+def test_context_assembles_cited_passages_within_the_budget(reader: httpx.Client, library: Library) -> None:
+    body = {"query": "espresso", "knowledge_base_ids": [library.kb_a], "token_budget": 400}
+    response = reader.post("/v1/context", json=body)
+    assert response.status_code == 200, response.text
+    result = response.json()
+    assert result["context"].startswith("[1] ") and result["citations"][0]["number"] == 1
+    assert result["estimated_tokens"] <= 400
+    assert all(c["knowledge_base_id"] == library.kb_a for c in result["citations"])
+    foreign = reader.post("/v1/context", json={**body, "knowledge_base_ids": [library.kb_b]})
+    assert foreign.status_code == 404

@@ -22,7 +22,7 @@ from ragkb_api.routes.documents import DocumentController
 from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
 from ragkb_api.routes.mcp import McpController
 from ragkb_api.routes.search import SearchController
-from ragkb_api.routes.tools import ToolController
+from ragkb_api.routes.tools import ContextController, ToolController
 from ragkb_api.services import ApiKeyService, DocumentService, KnowledgeBaseService, SearchService
 from ragkb_api.settings import ApiSettings
 from ragkb_api.tools import ToolService
@@ -94,6 +94,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             SearchController,
             ApiKeyController,
             ToolController,
+            ContextController,
             McpController,
             DifyController,
         ],

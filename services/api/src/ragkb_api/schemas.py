@@ -338,3 +338,34 @@ class SurroundingContextRequest(BaseModel):
 class SurroundingContextResponse(BaseModel):
     chunk_id: str
     passages: list[SearchHit]
+
+
+class ContextRequest(RetrieveTextNodesRequest):
+    """Search, then assemble the passages into one prompt-ready block within a token budget."""
+
+    top_k: int = Field(default=8, ge=1, le=50)
+    token_budget: int = Field(default=2000, ge=50, le=32000, description="Estimated tokens the block may use")
+
+
+class ContextCitation(BaseModel):
+    number: int
+    chunk_id: str
+    knowledge_base_id: str
+    document_id: str
+    source_id: str
+    title: str
+    heading_path: list[str]
+    page: int | None
+    char_start: int
+    char_end: int
+    score: float
+
+
+class ContextResponse(BaseModel):
+    query: str
+    # "[1] Title > Heading (p. 3)\npassage…" blocks separated by blank lines; cite them as [n].
+    context: str
+    citations: list[ContextCitation]
+    estimated_tokens: int
+    # Passages the search found that did not fit the budget.
+    omitted: int

@@ -14,8 +14,11 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller
+from ragkb_api.context import assemble_context
 from ragkb_api.grep import compile_pattern, grep_text
 from ragkb_api.schemas import (
+    ContextRequest,
+    ContextResponse,
     FileOut,
     GrepFilesRequest,
     GrepFilesResponse,
@@ -62,6 +65,10 @@ class ToolService:
             filters=request.filters,
         )
         return self._search.search(search, caller)
+
+    def context(self, request: ContextRequest, caller: Caller) -> ContextResponse:
+        found = self.retrieve_text_nodes(request, caller)
+        return assemble_context(request.query, found.results, request.token_budget)
 
     def query_files(self, request: QueryFilesRequest, caller: Caller) -> QueryFilesResponse:
         documents = self._visible(request.knowledge_base_ids, request.filters, caller)

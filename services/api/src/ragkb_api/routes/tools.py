@@ -4,6 +4,8 @@ from litestar import Controller, post
 
 from ragkb_api.access import Caller
 from ragkb_api.schemas import (
+    ContextRequest,
+    ContextResponse,
     GrepFilesRequest,
     GrepFilesResponse,
     QueryFilesRequest,
@@ -17,6 +19,21 @@ from ragkb_api.schemas import (
 )
 from ragkb_api.tools import ToolService
 from ragkb_http import access
+
+
+class ContextController(Controller):
+    path = "/v1/context"
+    tags = ["tools"]
+
+    @post(
+        "/",
+        status_code=200,
+        sync_to_thread=True,
+        opt=access("caller"),
+        summary="A prompt-ready block of the best passages with numbered sources, within a token budget",
+    )
+    def context(self, data: ContextRequest, tool_service: ToolService, caller: Caller) -> ContextResponse:
+        return tool_service.context(data, caller)
 
 
 class ToolController(Controller):
