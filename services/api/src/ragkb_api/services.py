@@ -162,7 +162,7 @@ class DocumentService:
             self._enqueue(document.id)
         if replaced_blob:
             _delete_unreferenced_blobs(self._sessions, self._blobs, {replaced_blob})
-        return DocumentAccepted(**_document_out(document).model_dump(), unchanged=not changed)
+        return DocumentAccepted(**document_out(document).model_dump(), unchanged=not changed)
 
     def list(self, kb_id: str, status: str | None) -> list[DocumentOut]:
         with self._sessions() as session:
@@ -170,11 +170,11 @@ class DocumentService:
             query = select(Document).where(Document.kb_id == kb_id).order_by(Document.created_at)
             if status is not None:
                 query = query.where(Document.status == status)
-            return [_document_out(doc) for doc in session.scalars(query)]
+            return [document_out(doc) for doc in session.scalars(query)]
 
     def get(self, kb_id: str, document_id: str) -> DocumentOut:
         with self._sessions() as session:
-            return _document_out(_load_document(session, kb_id, document_id))
+            return document_out(_load_document(session, kb_id, document_id))
 
     def update(self, kb_id: str, document_id: str, patch: DocumentPatch) -> DocumentOut:
         changes = patch.changes()
@@ -184,7 +184,7 @@ class DocumentService:
             document = _load_document(session, kb_id, document_id)
             _ensure_doc_type_kept(document, patch.requested_doc_type)
             if not changes:
-                return _document_out(document)
+                return document_out(document)
             if "source_id" in changes:
                 _ensure_source_id_free(session, kb_id, changes["source_id"], document_id)
             if "labels" in changes:
@@ -194,7 +194,7 @@ class DocumentService:
             # Inside the transaction: if the index refuses, the database keeps the old values too.
             if document.indexed_version is not None:
                 self._retriever.set_document_payload(kb_id, document_id, changes)
-            return _document_out(document)
+            return document_out(document)
 
     def retry(self, kb_id: str, document_id: str) -> DocumentOut:
         """Queue a failed document again, from its stored original."""
@@ -206,7 +206,7 @@ class DocumentService:
             document.error = None
             document.attempts = 0
             session.add(Job(id=new_id(), kind="ingest", kb_id=kb_id, document_id=document_id, status=JobStatus.QUEUED))
-            out = _document_out(document)
+            out = document_out(document)
         self._enqueue(document_id)
         return out
 
@@ -587,7 +587,7 @@ def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
     )
 
 
-def _document_out(document: Document) -> DocumentOut:
+def document_out(document: Document) -> DocumentOut:
     return DocumentOut(
         id=document.id,
         knowledge_base_id=document.kb_id,

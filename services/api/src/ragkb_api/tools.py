@@ -34,12 +34,11 @@ from ragkb_api.schemas import (
     SurroundingContextRequest,
     SurroundingContextResponse,
 )
-from ragkb_api.services import SearchService
+from ragkb_api.services import SearchService, document_out
 from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import ContextQuery
 from ragkb_core.db.models import Document, KnowledgeBase
 from ragkb_core.errors import Conflict, NotFound
-from ragkb_core.formats import PLAIN_TEXT
 from ragkb_core.retriever_client import RetrieverClient
 
 MAX_FILES = 1000
@@ -210,18 +209,6 @@ def _document_not_found(document_id: str) -> NotFound:
 
 
 def _file_out(document: Document) -> FileOut:
-    return FileOut(
-        id=document.id,
-        knowledge_base_id=document.kb_id,
-        source_id=document.source_id,
-        title=document.title,
-        media_type=document.media_type or PLAIN_TEXT,
-        size_bytes=document.size_bytes,
-        labels=document.labels,
-        metadata=document.metadata_,
-        doc_type=document.doc_type,
-        status=document.status,
-        version=document.version,
-        chunk_count=document.chunk_count,
-        text_available=bool(document.text_sha256),
-    )
+    """The document as `query_files` lists it: the fields of the documents API that an agent needs."""
+    shared = document_out(document).model_dump(include=set(FileOut.model_fields))
+    return FileOut(**shared, text_available=bool(document.text_sha256))
