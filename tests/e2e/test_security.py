@@ -305,3 +305,10 @@ def test_the_retriever_refuses_internal_calls_without_the_service_token(ragkb: R
     assert httpx.get(count, headers=ragkb.service_headers).status_code == 200
     assert httpx.get(f"{base}/health").status_code == 200
     assert httpx.get(f"{base}/ready").status_code == 200
+
+
+def test_internal_readiness_tells_a_caller_whether_its_token_is_accepted(ragkb: RunningRagkb) -> None:
+    url = f"http://127.0.0.1:{ragkb.env['RAGKB_RETRIEVER__PORT']}/internal/v1/ready"
+    assert httpx.get(url, headers=ragkb.service_headers).status_code == 200
+    assert httpx.get(url, headers={"X-Ragkb-Service-Token": "wrong"}).status_code in (401, 403)
+    assert httpx.get(url).status_code in (401, 403)

@@ -67,8 +67,9 @@ class RetrieverClient:
         return ContextResult.model_validate(data)
 
     def ready(self) -> bool:
+        """The retriever answers and accepts this process's service token."""
         try:
-            return self._http.get("/ready").status_code == 200
+            return self._http.get(INTERNAL_PREFIX + "/ready").status_code == 200
         except httpx.HTTPError:
             return False
 

@@ -13,7 +13,7 @@ from ragkb_models import load_embedder
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.port import VectorIndex
 from ragkb_retriever.indexing import IndexService
-from ragkb_retriever.routes import IndexController, SearchController
+from ragkb_retriever.routes import IndexController, SearchController, internal_ready
 from ragkb_retriever.searching import SearchService
 from ragkb_retriever.settings import RetrieverSettings
 
@@ -44,7 +44,8 @@ def create_app(settings: RetrieverSettings) -> Litestar:
     services = build_services(settings)
     return Litestar(
         route_handlers=[
-            health_router({"index": lambda: _index_answers(services.index)}),
+            health_router({"index": lambda: _index_answers(services.indexing)}),
+            internal_ready,
             IndexController,
             SearchController,
         ],
@@ -62,7 +63,6 @@ def create_app(settings: RetrieverSettings) -> Litestar:
     )
 
 
-def _index_answers(index: VectorIndex) -> bool:
-    # Any real call through the engine proves it is open and usable; this KB never exists.
-    index.kb_exists("readiness-probe")
+def _index_answers(indexing: IndexService) -> bool:
+    indexing.probe()
     return True

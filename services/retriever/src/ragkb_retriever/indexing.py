@@ -56,6 +56,10 @@ class IndexService:
         self._require_kb(kb_id)
         return self._index.count(kb_id, document_id=document_id)
 
+    def probe(self) -> None:
+        """A real call through the engine (this KB never exists): raises when the index is unusable."""
+        self._index.kb_exists("readiness-probe")
+
     def _require_kb(self, kb_id: str) -> None:
         if not self._index.kb_exists(kb_id):
             raise NotFound(f"no index for knowledge base {kb_id}")

@@ -22,6 +22,14 @@ from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.searching import SearchService
 
 
+@get(f"{INTERNAL_PREFIX}/ready", sync_to_thread=True, tags=["health"], summary="Ready, for callers holding the token")
+def internal_ready(index_service: IndexService) -> dict[str, str]:
+    """Like /ready, but behind the service token: a caller whose token is wrong learns it from its own
+    readiness check instead of from its first failed write."""
+    index_service.probe()
+    return {"status": "ready"}
+
+
 class IndexController(Controller):
     path = f"{INTERNAL_PREFIX}/kbs"
     tags = ["index"]
