@@ -194,6 +194,17 @@ def _rpc(client: httpx.Client, method: str, params: dict[str, Any] | None = None
     return body.get("result", body.get("error"))
 
 
+def _tool_calls(library: Library, chunk_id: str) -> dict[str, dict[str, Any]]:
+    """One call of every MCP tool against KB A, as an agent session makes them."""
+    return {
+        "retrieve_text_nodes": {"query": "espresso", "knowledge_base_ids": [library.kb_a]},
+        "query_files": {"knowledge_base_ids": [library.kb_a]},
+        "grep_files": {"pattern": "espresso", "knowledge_base_ids": [library.kb_a]},
+        "read_file": {"document_id": library.handbook, "limit": 50},
+        "get_surrounding_context": {"chunk_id": chunk_id},
+    }
+
+
 def _mcp_session(client: httpx.Client, library: Library, chunk_id: str) -> dict[str, Any]:
     init = _rpc(
         client, "initialize", {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t"}}
@@ -204,13 +215,7 @@ def _mcp_session(client: httpx.Client, library: Library, chunk_id: str) -> dict[
     tools = _rpc(client, "tools/list", request_id=2)["tools"]
     assert {tool["name"] for tool in tools} == TOOL_NAMES
     assert all(tool["description"] and tool["inputSchema"]["type"] == "object" for tool in tools)
-    calls = {
-        "retrieve_text_nodes": {"query": "espresso", "knowledge_base_ids": [library.kb_a]},
-        "query_files": {"knowledge_base_ids": [library.kb_a]},
-        "grep_files": {"pattern": "espresso", "knowledge_base_ids": [library.kb_a]},
-        "read_file": {"document_id": library.handbook, "limit": 50},
-        "get_surrounding_context": {"chunk_id": chunk_id},
-    }
+    calls = _tool_calls(library, chunk_id)
     results = {}
     for number, (name, arguments) in enumerate(calls.items(), start=3):
         result = _rpc(client, "tools/call", {"name": name, "arguments": arguments}, request_id=number)
@@ -300,13 +305,7 @@ def test_dify_errors_use_difys_codes(ragkb: RunningRagkb, library: Library) -> N
 
 async def _sdk_session(url: str, key: str, library: Library, chunk_id: str) -> dict[str, Any]:
     """One agent session as an MCP host runs it: the `mcp` SDK's streamable-HTTP client and ClientSession."""
-    calls = {
-        "retrieve_text_nodes": {"query": "espresso", "knowledge_base_ids": [library.kb_a]},
-        "query_files": {"knowledge_base_ids": [library.kb_a]},
-        "grep_files": {"pattern": "espresso", "knowledge_base_ids": [library.kb_a]},
-        "read_file": {"document_id": library.handbook, "limit": 50},
-        "get_surrounding_context": {"chunk_id": chunk_id},
-    }
+    calls = _tool_calls(library, chunk_id)
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
         streamable_http_client(url, http_client=http, terminate_on_close=False) as streams,
