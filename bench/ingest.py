@@ -10,6 +10,7 @@ throughput of the embedding model alone. efficiency = pipeline chunks/s ÷ raw c
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -94,14 +95,22 @@ def main() -> None:
     parser.add_argument("--upload-workers", type=int, default=4)
     parser.add_argument("--raw-sample", type=int, default=1000, help="chunks encoded for the raw model rate")
     parser.add_argument("--timeout", type=float, default=7200)
+    parser.add_argument("--kb-name", default=None, help="default: bench-<corpus>-<documents>")
+    parser.add_argument(
+        "--analyzer", type=json.loads, default=None, help='the KB\'s analyzer, e.g. \'{"japanese": "char-bigram"}\''
+    )
+    parser.add_argument("--skip-raw", action="store_true", help="do not measure the raw encode rate")
     args = parser.parse_args()
 
     corpus = list(read_jsonl(DATA / args.corpus / "corpus.jsonl"))[: args.limit]
     http = client(args.url)
-    name = f"bench-{args.corpus}-{len(corpus)}"
+    name = args.kb_name or f"bench-{args.corpus}-{len(corpus)}"
     if (existing := find_kb(http, name)) is not None:
         http.delete(f"/v1/knowledge-bases/{existing['id']}").raise_for_status()
-    kb_id = http.post("/v1/knowledge-bases", json={"name": name}).json()["id"]
+    body: dict[str, Any] = {"name": name} | ({"analyzer": args.analyzer} if args.analyzer else {})
+    created = http.post("/v1/knowledge-bases", json=body)
+    created.raise_for_status()
+    kb_id = created.json()["id"]
 
     started = time.perf_counter()
     upload_all(http, kb_id, corpus, args.upload_workers)
@@ -111,11 +120,13 @@ def main() -> None:
 
     documents = documents_of(http, kb_id)
     chunks = sum(document["chunk_count"] for document in documents)
-    raw = raw_encode_rate(corpus, args.raw_sample)
+    raw = {"chunks_per_s": float("nan")} if args.skip_raw else raw_encode_rate(corpus, args.raw_sample)
     pipeline_rate = chunks / elapsed
     result = {
         "corpus": args.corpus,
+        "knowledge_base": name,
         "knowledge_base_id": kb_id,
+        "analyzer": created.json()["analyzer"],
         "documents": len(corpus),
         "counts": counts,
         "chunks": chunks,
@@ -127,7 +138,7 @@ def main() -> None:
         "efficiency": round(pipeline_rate / raw["chunks_per_s"], 3),
         "stage_share": stage_shares(documents),
     }
-    path = save_result(f"ingest-{args.corpus}", result)
+    path = save_result(f"ingest-{name}", result)
     print(
         f"| corpus | docs | chunks | seconds | docs/s | chunks/s | raw encode chunks/s | efficiency |\n"
         f"|---|---|---|---|---|---|---|---|\n"

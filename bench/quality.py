@@ -1,21 +1,40 @@
 """Retrieval quality per search mode over HTTP, on BEIR collections ingested with bench/ingest.py.
 
-    python bench/quality.py [--corpora scifact:train jsquad:dev] [--url http://127.0.0.1:8000]
+    python bench/quality.py [--corpora scifact:train jsquad:dev] [--max-queries N] [--settings '{"keyword_weight": 1.5}']
 
-For every query and mode (keyword, semantic, hybrid) the service returns up to 100 chunks; they are reduced
-to documents in rank order (first chunk wins) and scored with nDCG@10, Recall@100 and MRR@10.
+For every query and run the service returns up to 100 passages; they are reduced to documents in rank order
+(first passage wins) and scored with nDCG@10, Recall@100 and MRR@10. The runs per corpus, all in the same
+process against the same live service:
+
+- keyword, semantic, hybrid, and hybrid+rerank (when the server has a reranker; a degraded answer is
+  reported as such, never as a reranked one) on the KB bench/ingest.py made (`bench-<corpus>-<size>`);
+- keyword on `bench-<corpus>-char-bigram` when that KB exists: the plain character-bigram BM25 baseline
+  (`bench/ingest.py --corpus jsquad --kb-name bench-jsquad-char-bigram --analyzer '{"japanese": "char-bigram"}'`).
+
+`--settings` applies retrieval overrides (the search API's `settings`) to every run: one parameter at a time
+on the same question set.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from common import DATA, client, find_kb, ndcg_at_k, read_jsonl, read_qrels, save_result
 
-MODES = ("keyword", "semantic", "hybrid")
+DEPTH = 100
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str
+    kb_name: str
+    mode: str
+    settings: dict[str, Any]
 
 
 def recall_at_100(ranked: list[str], relevant: dict[str, int]) -> float:
@@ -28,23 +47,52 @@ def mrr_at_10(ranked: list[str], relevant: dict[str, int]) -> float:
 
 
 def evaluate(
-    http: Any, kb_id: str, queries: list[dict[str, Any]], qrels: dict[str, dict[str, int]], mode: str
+    http: Any, kb_id: str, queries: list[dict[str, Any]], qrels: dict[str, dict[str, int]], run: Run
 ) -> dict[str, Any]:
     scores: dict[str, list[float]] = {"ndcg@10": [], "recall@100": [], "mrr@10": []}
     took: list[float] = []
+    degraded: set[str] = set()
     for query in queries:
-        body = {"query": query["text"], "knowledge_base_ids": [kb_id], "top_k": 100, "mode": mode}
+        body = {
+            "query": query["text"],
+            "knowledge_base_ids": [kb_id],
+            "mode": run.mode,
+            "settings": {"top_k": DEPTH, "max_blocks": DEPTH, **run.settings},
+        }
         response = http.post("/v1/search", json=body)
         response.raise_for_status()
         result = response.json()
         took.append(result["took_ms"])
+        if result["degraded"]:
+            degraded.add(result["degraded_reason"])
         ranked = list(dict.fromkeys(hit["source_id"] for hit in result["results"]))
         relevant = qrels[query["_id"]]
         scores["ndcg@10"].append(ndcg_at_k(ranked, relevant, 10))
         scores["recall@100"].append(recall_at_100(ranked, relevant))
         scores["mrr@10"].append(mrr_at_10(ranked, relevant))
     summary = {metric: round(statistics.fmean(values), 4) for metric, values in scores.items()}
-    return {"mode": mode, **summary, "retriever_ms_p50": round(statistics.median(took), 1)}
+    return {
+        "run": run.name,
+        "kb": run.kb_name,
+        **summary,
+        "server_ms_p50": round(statistics.median(took), 1),
+        "degraded": sorted(degraded),
+    }
+
+
+def runs_for(http: Any, corpus: str, size: int, settings: dict[str, Any], rerank: bool) -> list[Run]:
+    main_kb = f"bench-{corpus}-{size}"
+    runs = [
+        Run("keyword", main_kb, "keyword", settings),
+        Run("semantic", main_kb, "semantic", settings),
+        Run("hybrid", main_kb, "hybrid", {"rerank": False, **settings}),
+    ]
+    if rerank:
+        runs.append(Run("hybrid+rerank", main_kb, "hybrid", {"rerank": True, **settings}))
+    baseline = f"bench-{corpus}-char-bigram"
+    if find_kb(http, baseline) is not None:
+        runs.append(Run("keyword (char-bigram BM25)", baseline, "keyword", settings))
+    return runs
 
 
 def main() -> None:
@@ -52,36 +100,41 @@ def main() -> None:
     parser.add_argument("--url", default="http://127.0.0.1:8000")
     parser.add_argument("--corpora", nargs="+", default=["scifact:train", "jsquad:dev"])
     parser.add_argument("--max-queries", type=int, default=None, help="evaluate only the first N judged queries")
+    parser.add_argument("--settings", type=json.loads, default={}, help="retrieval overrides for every run (JSON)")
+    parser.add_argument("--no-rerank", action="store_true", help="skip the hybrid+rerank run")
+    parser.add_argument("--label", default="", help="a name for this configuration in the results file")
     args = parser.parse_args()
     http = client(args.url)
     rows = []
     for spec in args.corpora:
         corpus, split = spec.split(":")
         size = sum(1 for _ in read_jsonl(DATA / corpus / "corpus.jsonl"))
-        kb = find_kb(http, f"bench-{corpus}-{size}")
-        if kb is None:
-            raise SystemExit(f"no KB for {corpus}: run bench/ingest.py --corpus {corpus} first")
         qrels = read_qrels(DATA / corpus / "qrels" / f"{split}.tsv")
         queries = [q for q in read_jsonl(DATA / corpus / "queries.jsonl") if q["_id"] in qrels][: args.max_queries]
-        for mode in MODES:
+        for run in runs_for(http, corpus, size, args.settings, not args.no_rerank):
+            kb = find_kb(http, run.kb_name)
+            if kb is None:
+                raise SystemExit(f"no KB {run.kb_name}: run bench/ingest.py --corpus {corpus} first")
             started = time.perf_counter()
             row = {
                 "corpus": corpus,
                 "split": split,
                 "queries": len(queries),
-                **evaluate(http, kb["id"], queries, qrels, mode),
+                **evaluate(http, kb["id"], queries, qrels, run),
             }
             row["seconds"] = round(time.perf_counter() - started, 1)
             rows.append(row)
             print(row, flush=True)
-    path = save_result("quality", {"rows": rows})
+    name = f"quality-{args.label}" if args.label else "quality"
+    path = save_result(name, {"settings": args.settings, "rows": rows})
     print(
-        "| corpus | queries | mode | nDCG@10 | Recall@100 | MRR@10 | retriever p50 ms |\n|---|---|---|---|---|---|---|"
+        "| corpus | queries | run | nDCG@10 | Recall@100 | MRR@10 | server p50 ms | note |\n|---|---|---|---|---|---|---|---|"
     )
     for r in rows:
+        note = ("degraded: " + "; ".join(r["degraded"])) if r["degraded"] else ""
         print(
-            f"| {r['corpus']} ({r['split']}) | {r['queries']} | {r['mode']} | {r['ndcg@10']} | {r['recall@100']} | "
-            f"{r['mrr@10']} | {r['retriever_ms_p50']} |"
+            f"| {r['corpus']} ({r['split']}) | {r['queries']} | {r['run']} | {r['ndcg@10']} | {r['recall@100']} | "
+            f"{r['mrr@10']} | {r['server_ms_p50']} | {note} |"
         )
     print(f"saved {path}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import secrets
@@ -18,6 +19,8 @@ from typing import Any
 import httpx
 import pytest
 import redis
+
+from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
 
 REPO = Path(__file__).resolve().parents[2]
 READY_TIMEOUT_S = 600
@@ -121,6 +124,9 @@ class RunningRagkb:
 @pytest.fixture(scope="session")
 def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
     workdir = tmp_path_factory.mktemp("ragkb-e2e")
+    # No cross-encoder ships offline: a tiny one built here is what KBs that rerank choose (no default, so
+    # every other KB searches exactly as it would on a fresh `make run`).
+    tiny_reranker = build_tiny_cross_encoder(workdir / "tiny-cross-encoder")
     redis_db = random.randint(1, 15)
     env = {
         **os.environ,
@@ -143,6 +149,8 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         # limiter itself is tested in tests/unit/test_rate_limit.py and tests/integration/test_api_limits.py.
         "RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE": "600000",
         "RAGKB_RATE_LIMIT__BURST": "100000",
+        "RAGKB_RERANKER__ALLOWED_MODELS": json.dumps([str(tiny_reranker)]),
+        "RAGKB_TEST_TINY_RERANKER": str(tiny_reranker),
     }
     env.pop("RAGKB_RETRIEVER__URL", None)
     _flush_redis_db(redis_db)

@@ -13,6 +13,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to, migrate_to_head, transaction
 from ragkb_core.db.models import Document, DocumentStatus, Job, KnowledgeBase, utcnow
 from ragkb_core.ids import new_id
+from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.settings import DatabaseSettings
 from ragkb_worker.documents import DocumentLedger
 
@@ -99,6 +100,16 @@ def test_a_document_is_claimed_once(sessions: sessionmaker[Session]) -> None:
     claim = ledger.claim(document_id)
     assert claim is not None and claim.version == 1 and claim.attempt == 1
     assert ledger.claim(document_id) is None
+
+
+def test_a_claim_carries_its_kbs_analyzer(sessions: sessionmaker[Session]) -> None:
+    kb_id = add_kb(sessions)
+    default_claim = DocumentLedger(sessions, lease_s=60).claim(add_document(sessions, kb_id))
+    assert default_claim is not None and default_claim.analyzer == KbAnalyzer()  # the row's {} is the default
+    with transaction(sessions) as session:
+        session.get_one(KnowledgeBase, kb_id).analyzer = {"char_bigrams": True}
+    claim = DocumentLedger(sessions, lease_s=60).claim(add_document(sessions, kb_id, "b.md"))
+    assert claim is not None and claim.analyzer == KbAnalyzer(char_bigrams=True)
 
 
 def test_an_expired_lease_can_be_taken_over(sessions: sessionmaker[Session]) -> None:

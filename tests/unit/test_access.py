@@ -21,7 +21,7 @@ from ragkb_api.access import (
     key_prefix,
     search_scope,
 )
-from ragkb_api.schemas import ApiKeyCreate, ApiKeyPatch, KeySearchFilter
+from ragkb_api.schemas import ApiKeyCreate, ApiKeyPatch, KeySearchFilter, SearchFilters
 from ragkb_api.services import ApiKeyService
 from ragkb_core.contracts import ScopeFilter
 from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
@@ -92,11 +92,17 @@ def test_a_read_grant_cannot_write_and_clients_cannot_administer() -> None:
 
 def test_a_key_filter_narrows_a_search_and_a_request_cannot_widen_it() -> None:
     caller = Caller("k", "client", {}, SearchRestriction(labels_any=["public"], doc_types=["knowledge"]))
-    scope = search_scope(caller, document_ids=None, labels_any=["hr"], doc_types=["knowledge", "reference"])
+    scope = search_scope(caller, SearchFilters(labels_any=["hr"], doc_types=["knowledge", "reference"]))
     assert scope == ScopeFilter(labels_any=["hr"], doc_types=["knowledge"], required_labels_any=["public"])
-    assert search_scope(caller, document_ids=None, labels_any=None, doc_types=["reference"]).doc_types == []
-    open_scope = search_scope(READER, document_ids=["d"], labels_any=None, doc_types=None)
-    assert open_scope == ScopeFilter(document_ids=["d"])
+    assert search_scope(caller, SearchFilters(doc_types=["reference"])).doc_types == []
+    open_scope = search_scope(READER, SearchFilters(document_ids=["d"], labels_all=["a", "b"], metadata={"year": 2024}))
+    assert open_scope == ScopeFilter(document_ids=["d"], labels_all=["a", "b"], metadata={"year": 2024})
+
+
+def test_labels_all_and_metadata_become_one_engine_condition_each() -> None:
+    spec = scope_filter("kb", ScopeFilter(labels_all=["a", "b"], metadata={"team": "hr", "public": True}))
+    assert FieldMatch("labels", ("a",)) in spec.must and FieldMatch("labels", ("b",)) in spec.must
+    assert FieldMatch("metadata.team", ("hr",)) in spec.must and FieldMatch("metadata.public", (True,)) in spec.must
 
 
 def test_the_engine_ands_the_key_labels_with_the_request_labels() -> None:

@@ -1,6 +1,15 @@
 """Text analysis for the BM25 leg: the same analyzer turns chunks and queries into sparse term weights."""
 
-from ragkb_analyzer.analyzer import ANALYZER_VERSION, Analyzer, term_id
-from ragkb_analyzer.bm25 import Bm25Encoder
+from ragkb_analyzer.analyzer import ANALYZER_VERSION, BIGRAM_PREFIX, Analysis, Analyzer, shared_dictionary, term_id
+from ragkb_analyzer.bm25 import Bm25Encoder, bm25_encoder_for
 
-__all__ = ["ANALYZER_VERSION", "Analyzer", "Bm25Encoder", "term_id"]
+__all__ = [
+    "ANALYZER_VERSION",
+    "BIGRAM_PREFIX",
+    "Analysis",
+    "Analyzer",
+    "Bm25Encoder",
+    "bm25_encoder_for",
+    "shared_dictionary",
+    "term_id",
+]

@@ -1,16 +1,24 @@
-"""Japanese via SudachiPy (split mode C, normalized forms), Latin script as lower-cased words."""
+"""Japanese via SudachiPy (split mode C, normalized forms) or character bigrams, Latin script as lower-cased
+words; optionally extra Japanese terms for recall (mode A sub-words of compounds, character bigrams).
+
+Which of these a KB uses is its ragkb_core.kb_settings.KbAnalyzer, fixed until the KB is re-indexed."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import threading
 import unicodedata
 from collections.abc import Iterator
+from dataclasses import dataclass
 
-from sudachipy import Dictionary, SplitMode, Tokenizer
+from sudachipy import Dictionary, Morpheme, SplitMode, Tokenizer
 
-# Stamped on every indexed chunk; bump whenever the terms a text produces change (requires a re-index).
+from ragkb_core.kb_settings import KbAnalyzer
+
+# Stamped on every chunk indexed by Sudachi alone (KbAnalyzer(char_bigrams=False).version): indexes built
+# before the analyzer was a per-KB setting carry it, so it must not change.
 ANALYZER_VERSION = "sudachi-c-norm+latin-lower/1"
 
 # Sudachi refuses inputs over ~49 KB; analyse long texts in pieces cut at line ends below this.
@@ -19,6 +27,14 @@ _MAX_SUDACHI_BYTES = 40_000
 _SKIPPED_POS = frozenset({"補助記号", "空白"})
 _LATIN_WORD = re.compile(r"[0-9a-z]+(?:[._'][0-9a-z]+)*")
 _HAS_JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u30fc]")
+# Runs that character bigrams are taken from: kana, kanji, 々 and ー, but not the middle dot ・ (a separator).
+_JAPANESE_RUN = re.compile(r"[\u3040-\u309f\u30a0-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005]+")
+# Bigram terms live in the same 32-bit term-id space as words; the prefix keeps the bigram 日本 apart from the
+# word 日本. A control character never survives into a word term (Sudachi files it under 補助記号/空白, and the
+# Latin pattern does not match it).
+BIGRAM_PREFIX = "\x02"
+
+_dictionary_lock = threading.Lock()
 
 
 def term_id(term: str) -> int:
@@ -26,38 +42,102 @@ def term_id(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode("utf-8"), digest_size=4).digest(), "little")
 
 
+@dataclass(frozen=True)
+class Analysis:
+    """The terms of a text, and its length for BM25: the number of its word terms (Sudachi words or, for
+    the bigram analyzer, bigrams; Latin words), so that extra recall terms do not make a text look longer."""
+
+    terms: list[str]
+    length: int
+
+
 class Analyzer:
     """Turns text into index terms. Safe to share between threads (one Sudachi tokenizer per thread)."""
 
-    version = ANALYZER_VERSION
-
-    def __init__(self) -> None:
-        self._dictionary = Dictionary(dict="core")
+    def __init__(self, config: KbAnalyzer | None = None) -> None:
+        self.config = config or KbAnalyzer()
+        self.version = self.config.version
         self._local = threading.local()
 
     def terms(self, text: str) -> list[str]:
-        normalized = unicodedata.normalize("NFKC", text).lower()
-        return [term for piece in _pieces(normalized) for term in self._piece_terms(piece)]
+        return self.analyze(text).terms
 
-    def _piece_terms(self, piece: str) -> Iterator[str]:
+    def analyze(self, text: str) -> Analysis:
+        normalized = unicodedata.normalize("NFKC", text).lower()
+        words: list[str] = []
+        extras: list[str] = []
+        for piece in _pieces(normalized):
+            self._analyze_piece(piece, words, extras)
+        return Analysis(terms=words + extras, length=len(words))
+
+    def _analyze_piece(self, piece: str, words: list[str], extras: list[str]) -> None:
         if not _HAS_JAPANESE.search(piece):
-            yield from _LATIN_WORD.findall(piece)
-            return
+            words.extend(_LATIN_WORD.findall(piece))
+        elif self.config.japanese == "char-bigram":
+            words.extend(_bigram_and_latin_terms(piece))
+        else:
+            self._sudachi_terms(piece, words, extras)
+            if self.config.char_bigrams:
+                extras.extend(bigram for run in _JAPANESE_RUN.findall(piece) for bigram in _bigrams(run))
+
+    def _sudachi_terms(self, piece: str, words: list[str], extras: list[str]) -> None:
         for morpheme in self._tokenizer().tokenize(piece):
             if morpheme.part_of_speech()[0] in _SKIPPED_POS:
                 continue
-            surface = morpheme.surface()
-            if _HAS_JAPANESE.search(surface):
-                yield morpheme.normalized_form()
-            else:
-                yield from _LATIN_WORD.findall(surface)
+            words.extend(_morpheme_terms(morpheme))
+            if self.config.sudachi_mode_a_subwords:
+                extras.extend(_subword_terms(morpheme))
 
     def _tokenizer(self) -> Tokenizer:
         tokenizer: Tokenizer | None = getattr(self._local, "tokenizer", None)
         if tokenizer is None:
-            tokenizer = self._dictionary.tokenizer(mode=SplitMode.C)
+            tokenizer = shared_dictionary().tokenizer(mode=SplitMode.C)
             self._local.tokenizer = tokenizer
         return tokenizer
+
+
+def shared_dictionary() -> Dictionary:
+    """The Sudachi dictionary, loaded once per process (it is large) and shared by every analyzer."""
+    # The lock makes concurrent first calls wait for one load instead of each loading a copy.
+    with _dictionary_lock:
+        return _load_dictionary()
+
+
+@functools.cache
+def _load_dictionary() -> Dictionary:
+    return Dictionary(dict="core")
+
+
+def _morpheme_terms(morpheme: Morpheme) -> list[str]:
+    surface = morpheme.surface()
+    if _HAS_JAPANESE.search(surface):
+        return [morpheme.normalized_form()]
+    return _LATIN_WORD.findall(surface)
+
+
+def _subword_terms(morpheme: Morpheme) -> list[str]:
+    """Normalized forms of the mode A parts of a compound (選挙管理委員会 → 選挙, 管理, 委員, 会)."""
+    parts = morpheme.split(SplitMode.A)
+    if len(parts) < 2:
+        return []
+    return [term for part in parts if part.part_of_speech()[0] not in _SKIPPED_POS for term in _morpheme_terms(part)]
+
+
+def _bigram_and_latin_terms(piece: str) -> Iterator[str]:
+    """The plain baseline: bigrams of each Japanese run, Latin words between the runs."""
+    position = 0
+    for run in _JAPANESE_RUN.finditer(piece):
+        yield from _LATIN_WORD.findall(piece, position, run.start())
+        yield from _bigrams(run.group())
+        position = run.end()
+    yield from _LATIN_WORD.findall(piece, position)
+
+
+def _bigrams(run: str) -> list[str]:
+    """Overlapping character bigrams of a run (東京都 → 東京, 京都); a one-character run gives itself."""
+    if len(run) == 1:
+        return [BIGRAM_PREFIX + run]
+    return [BIGRAM_PREFIX + run[i : i + 2] for i in range(len(run) - 1)]
 
 
 def _pieces(text: str) -> Iterator[str]:

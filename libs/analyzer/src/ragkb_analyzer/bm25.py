@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 
-from ragkb_analyzer.analyzer import Analyzer, term_id
+from ragkb_analyzer.analyzer import Analysis, Analyzer, term_id
 from ragkb_core.contracts import SparseTerms
+from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.settings import AnalyzerSettings
+
+_encoders: dict[tuple[str, str], Bm25Encoder] = {}
+_encoders_lock = threading.Lock()
 
 
 class Bm25Encoder:
     """Document weight of term t: tf·(k1+1) / (tf + k1·(1 − b + b·len/avg_len)); query weight: 1 per term.
 
-    With Qdrant's IDF modifier on the sparse vector, the dot product of the two is exactly BM25.
+    With Qdrant's IDF modifier on the sparse vector, the dot product of the two is exactly BM25. len counts
+    the text's word terms only (Analysis.length): extra recall terms (sub-words, bigrams) get weights but do
+    not lengthen the text, so avg_len means the same for every analyzer configuration.
     """
 
     def __init__(self, analyzer: Analyzer, settings: AnalyzerSettings) -> None:
@@ -26,13 +33,25 @@ class Bm25Encoder:
         return self.analyzer.version
 
     def encode_document(self, text: str) -> SparseTerms:
-        counts = Counter(self.analyzer.terms(text))
-        length_norm = self._k1 * (1 - self._b + self._b * sum(counts.values()) / self._avg_len)
-        weights = {term: tf * (self._k1 + 1) / (tf + length_norm) for term, tf in counts.items()}
-        return _to_sparse(weights)
+        return _to_sparse(self.term_weights(self.analyzer.analyze(text)))
+
+    def term_weights(self, analysis: Analysis) -> dict[str, float]:
+        """The document weight of each distinct term of an analysed text (what encode_document sends)."""
+        counts = Counter(analysis.terms)
+        length_norm = self._k1 * (1 - self._b + self._b * analysis.length / self._avg_len)
+        return {term: tf * (self._k1 + 1) / (tf + length_norm) for term, tf in counts.items()}
 
     def encode_query(self, text: str) -> SparseTerms:
         return _to_sparse(dict.fromkeys(self.analyzer.terms(text), 1.0))
+
+
+def bm25_encoder_for(config: KbAnalyzer, settings: AnalyzerSettings) -> Bm25Encoder:
+    """The encoder for a KB's analyzer, made once per process and configuration, then shared (thread-safe)."""
+    key = (config.model_dump_json(), settings.model_dump_json())
+    with _encoders_lock:
+        if (encoder := _encoders.get(key)) is None:
+            encoder = _encoders[key] = Bm25Encoder(Analyzer(config), settings)
+        return encoder
 
 
 def _to_sparse(weights: dict[str, float]) -> SparseTerms:

@@ -9,8 +9,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-DocType = Literal["knowledge", "reference"]
+from ragkb_core.kb_settings import DocType, KbAnalyzer, KbRetrieval
+
+__all__ = ["DocType"]  # re-exported: wire contracts name it, kb_settings defines it
+
 SearchMode = Literal["hybrid", "semantic", "keyword"]
+# A metadata value a search may filter on by equality (strings, integers, booleans; no floats: equality on
+# floats is a trap).
+MetadataValue = str | int | bool
 
 
 class SparseTerms(BaseModel):
@@ -49,12 +55,12 @@ class DocumentPoints(BaseModel):
 
 
 class KbIndexInfo(BaseModel):
-    """What the retriever built for a KB: recorded on the KB so that a later change needs a re-index."""
+    """What the retriever built for a KB: recorded on the KB so that a later change needs a re-index (the
+    analyzer is the KB's own setting, chosen by the api, not by the index)."""
 
     kb_id: str
     embedding_model: str
     dense_size: int
-    analyzer_version: str
 
 
 class DocumentWriteResult(BaseModel):
@@ -67,25 +73,51 @@ class ScopeFilter(BaseModel):
 
     document_ids: list[str] | None = None
     labels_any: list[str] | None = None
+    # Every one of these labels (an empty list requires nothing).
+    labels_all: list[str] | None = None
     doc_types: list[DocType] | None = None
+    # Document metadata equality: every key must hold exactly its value.
+    metadata: dict[str, MetadataValue] | None = None
     # A second label condition ANDed with `labels_any`: the caller's key's mandatory filter, which the
     # request's own filter may narrow but never widen.
     required_labels_any: list[str] | None = None
+
+
+class KbSearch(BaseModel):
+    """One KB of a search, with its effective settings (the KB's own, request overrides applied)."""
+
+    kb_id: str
+    retrieval: KbRetrieval = Field(default_factory=KbRetrieval)
+    analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
 
 
 class SearchQuery(BaseModel):
     """api → retriever: one question over one or more KBs."""
 
     query: str = Field(min_length=1)
-    knowledge_base_ids: list[str] = Field(min_length=1)
-    top_k: int = Field(default=12, ge=1, le=200)
-    mode: SearchMode = "hybrid"
+    knowledge_bases: list[KbSearch] = Field(min_length=1)
+    # None: each KB's own choice (hybrid, or semantic where its `hybrid` is off).
+    mode: SearchMode | None = None
     scope: ScopeFilter = Field(default_factory=ScopeFilter)
+    # Across KBs: the answer's size and per-doc_type quotas (the api resolves them from the KBs' settings).
+    max_blocks: int = Field(default=12, ge=1, le=200)
+    doc_type_quotas: dict[DocType, int] | None = None
+    # Also return what was dropped after retrieval, and by which stage.
+    explain: bool = False
+
+    @property
+    def kb_ids(self) -> list[str]:
+        return [kb.kb_id for kb in self.knowledge_bases]
+
+
+DropStage = Literal["top_k", "dedupe", "threshold", "quota", "max_blocks"]
 
 
 class SearchHit(BaseModel):
     chunk_id: str
     text: str
+    # The score the answer is ordered by: the reranker's (0–1) when it ran, else the fused score (RRF, or
+    # the single leg's cosine / BM25 in semantic / keyword mode).
     score: float
     knowledge_base_id: str
     document_id: str
@@ -99,15 +131,83 @@ class SearchHit(BaseModel):
     char_end: int = 0
     labels: list[str] = Field(default_factory=list)
     doc_type: DocType = "knowledge"
+    # Per stage: rank (from 1) and score in the dense leg (cosine) and keyword leg (BM25), the fused
+    # rank and score, and the reranker's score; None where the stage did not run or did not see the passage.
     dense_rank: int | None = None
     dense_score: float | None = None
     keyword_rank: int | None = None
     keyword_score: float | None = None
+    fused_rank: int | None = None
+    fused_score: float | None = None
+    rerank_score: float | None = None
+
+
+class DroppedHit(BaseModel):
+    """A candidate that was retrieved but left out of the answer (explain), and the stage that left it out."""
+
+    stage: DropStage
+    reason: str
+    hit: SearchHit
+
+
+class LegRankingEntry(BaseModel):
+    chunk_id: str
+    document_id: str
+    rank: int
+    score: float
+
+
+class LegRanking(BaseModel):
+    """One leg's own ranking in one KB (explain): where each candidate stood before fusion."""
+
+    knowledge_base_id: str
+    # The KB, or "<kb>/<doc_type>" when per-doc_type quotas made each type a search of its own.
+    part: str
+    leg: Literal["dense", "keyword"]
+    entries: list[LegRankingEntry]
 
 
 class SearchResult(BaseModel):
     results: list[SearchHit]
     took_ms: float
+    # The mode the KBs were searched in; "mixed" when KBs differ (some have `hybrid` off).
+    mode: SearchMode | Literal["mixed"]
+    reranked: bool = False
+    reranker_model: str | None = None
+    # True when the answer is not what the settings asked for (the reranker was skipped); the reason says why.
+    degraded: bool = False
+    degraded_reason: str | None = None
+    # Wall time per stage: embed, analyze, retrieve (all KBs, in parallel), rerank, assemble.
+    timings_ms: dict[str, float] = Field(default_factory=dict)
+    # The settings each KB was searched with, after request overrides.
+    effective_settings: dict[str, KbRetrieval] = Field(default_factory=dict)
+    # explain only: candidates left out and the stage that left them out; the legs' own rankings.
+    dropped: list[DroppedHit] | None = None
+    legs: list[LegRanking] | None = None
+
+
+class AnalyzeQuery(BaseModel):
+    """api → retriever: the terms a KB's analyzer makes of a text."""
+
+    analyzer: KbAnalyzer
+    text: str = Field(min_length=1)
+
+
+class AnalyzedTerm(BaseModel):
+    term: str
+    # The stable id the index stores the term under.
+    term_id: int
+    count: int
+    # The term's BM25 weight in a passage of this text (before the index's IDF).
+    document_weight: float
+
+
+class AnalyzeResult(BaseModel):
+    analyzer: KbAnalyzer
+    analyzer_version: str
+    # In order of first appearance; `tokens` is the full sequence, repeats included.
+    terms: list[AnalyzedTerm]
+    tokens: list[str]
 
 
 class ContextQuery(BaseModel):

@@ -5,9 +5,12 @@ Stored as JSON on the KB row; the defaults here are the only chunking defaults."
 from __future__ import annotations
 
 import re
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+# What a document is: knowledge (answers) or reference (long authoritative originals, e.g. regulations).
+DocType = Literal["knowledge", "reference"]
 MAX_NOISE_PATTERNS = 50
 MAX_PATTERN_CHARS = 500
 
@@ -43,3 +46,109 @@ class KbChunking(BaseModel):
 
     def compiled_noise_patterns(self) -> list[re.Pattern[str]]:
         return [re.compile(pattern) for pattern in self.noise_patterns]
+
+
+# -- retrieval -----------------------------------------------------------------------------------------
+
+MAX_TOP_K = 200
+MAX_BLOCKS = 200
+MAX_CANDIDATE_MULTIPLIER = 50
+MAX_RERANK_BUDGET_MS = 60_000
+
+
+class RetrievalOverrides(BaseModel):
+    """What a search request may change of a KB's retrieval settings, within the same bounds.
+
+    Every field left out (None) keeps the KB's own value."""
+
+    top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K)
+    hybrid: bool | None = None
+    rrf_k: int | None = Field(default=None, ge=1, le=1000)
+    dense_weight: float | None = Field(default=None, ge=0, le=10)
+    keyword_weight: float | None = Field(default=None, ge=0, le=10)
+    rerank: bool | None = None
+    candidate_multiplier: int | None = Field(default=None, ge=1, le=MAX_CANDIDATE_MULTIPLIER)
+    score_threshold: float | None = Field(default=None, ge=0, le=1)
+    rerank_budget_ms: int | None = Field(default=None, ge=0, le=MAX_RERANK_BUDGET_MS)
+    max_blocks: int | None = Field(default=None, ge=1, le=MAX_BLOCKS)
+    doc_type_quotas: dict[DocType, Annotated[int, Field(ge=0, le=MAX_BLOCKS)]] | None = None
+
+
+class KbRetrieval(BaseModel):
+    """How a KB answers a question. Every field may be changed at any time (nothing is re-indexed)."""
+
+    # Passages a KB contributes to an answer.
+    top_k: int = Field(default=12, ge=1, le=MAX_TOP_K)
+    # Dense + BM25 fused by RRF; off: dense only. A request's `mode` overrides it.
+    hybrid: bool = True
+    # Reciprocal Rank Fusion constant in the paper's convention: score = Σ weight / (k + rank), rank from 1.
+    rrf_k: int = Field(default=60, ge=1, le=1000)
+    dense_weight: float = Field(default=1.0, ge=0, le=10)
+    keyword_weight: float = Field(default=1.0, ge=0, le=10)
+    # None: rerank when the server has a reranker model configured (RAGKB_RERANKER__MODEL).
+    rerank: bool | None = None
+    # A sentence-transformers cross-encoder id or folder; None: the server's default reranker. It must be
+    # one the server allows (RAGKB_RERANKER__MODEL or RAGKB_RERANKER__ALLOWED_MODELS).
+    reranker_model: str | None = Field(default=None, min_length=1, max_length=500)
+    # Reranking reads top_k × this many fused candidates; without reranking each leg still fetches that many.
+    candidate_multiplier: int = Field(default=7, ge=1, le=MAX_CANDIDATE_MULTIPLIER)
+    # Minimum reranker score (0–1) a passage needs; applied only when the reranker ran.
+    score_threshold: float = Field(default=0.0, ge=0, le=1)
+    # Time the reranker may take for one request; over it, the fused order is returned marked degraded.
+    rerank_budget_ms: int = Field(default=1500, ge=0, le=MAX_RERANK_BUDGET_MS)
+    # Passages in an answer across all KBs searched together.
+    max_blocks: int = Field(default=12, ge=1, le=MAX_BLOCKS)
+    # Per document type, the most passages of that type an answer holds, filled from that type's own
+    # candidates (so long reference documents cannot crowd out knowledge, or the reverse).
+    doc_type_quotas: dict[DocType, Annotated[int, Field(ge=0, le=MAX_BLOCKS)]] | None = None
+
+    @model_validator(mode="after")
+    def _one_leg_counts(self) -> KbRetrieval:
+        if self.dense_weight == 0 and self.keyword_weight == 0:
+            raise ValueError("dense_weight and keyword_weight cannot both be 0")
+        return self
+
+    def with_overrides(self, overrides: RetrievalOverrides) -> KbRetrieval:
+        changes = overrides.model_dump(exclude_none=True)
+        return self.model_validate(self.model_dump() | changes)
+
+
+# -- keyword analysis ----------------------------------------------------------------------------------
+
+
+class KbAnalyzer(BaseModel):
+    """How a KB's text becomes BM25 terms. Fixed when the KB is created; changed only by re-indexing.
+
+    `japanese`: "sudachi" — Sudachi split mode C, normalized forms; "char-bigram" — overlapping
+    character bigrams of Japanese runs (the plain baseline). Latin words are lower-cased in both."""
+
+    japanese: Literal["sudachi", "char-bigram"] = "sudachi"
+    # With sudachi: also index the mode A sub-words of long compounds (recall for partial-word queries).
+    sudachi_mode_a_subwords: bool = False
+    # With sudachi: also index character bigrams of Japanese runs as extra terms. On by default for new KBs:
+    # measured on JSQuAD (bench/analyzers.py), nDCG@10 0.9468 against 0.9420 for Sudachi alone and 0.9389 for
+    # plain bigrams. KBs created before this setting existed are stored with it off (migration 0005).
+    char_bigrams: bool = True
+
+    @property
+    def version(self) -> str:
+        """Stamped on every indexed chunk: a change of terms needs a re-index. The default keeps the
+        version indexes were built with before analyzers were configurable."""
+        if self.japanese == "char-bigram":
+            return "cjk-bigram+latin-lower/1"
+        extras = ("+mode-a-sub" if self.sudachi_mode_a_subwords else "") + ("+cjk-bigram" if self.char_bigrams else "")
+        return f"sudachi-c-norm+latin-lower/1{extras}"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bigram_analyzer_has_no_extras(cls, data: Any) -> Any:
+        # char_bigrams defaults to on for Sudachi; for the plain bigram analyzer it is not an extra at all.
+        if isinstance(data, dict) and data.get("japanese") == "char-bigram":
+            return {"char_bigrams": False, **data}
+        return data
+
+    @model_validator(mode="after")
+    def _extras_need_sudachi(self) -> KbAnalyzer:
+        if self.japanese != "sudachi" and (self.sudachi_mode_a_subwords or self.char_bigrams):
+            raise ValueError("sudachi_mode_a_subwords and char_bigrams add terms to the sudachi analyzer only")
+        return self

@@ -8,6 +8,8 @@ import httpx
 from pydantic import SecretStr
 
 from ragkb_core.contracts import (
+    AnalyzeQuery,
+    AnalyzeResult,
     ContextQuery,
     ContextResult,
     DocumentPoints,
@@ -60,6 +62,9 @@ class RetrieverClient:
     def search(self, query: SearchQuery) -> SearchResult:
         data = self._call("POST", "/search", json=query.model_dump(mode="json"))
         return SearchResult.model_validate(data)
+
+    def analyze(self, query: AnalyzeQuery) -> AnalyzeResult:
+        return AnalyzeResult.model_validate(self._call("POST", "/analyze", json=query.model_dump(mode="json")))
 
     def surrounding(self, kb_id: str, query: ContextQuery) -> ContextResult:
         """A passage of the KB and its neighbours in document order (NotFound when the KB has no such passage)."""

@@ -10,9 +10,9 @@ import hmac
 import secrets
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
-from ragkb_core.contracts import DocType, ScopeFilter
+from ragkb_core.contracts import DocType, MetadataValue, ScopeFilter
 from ragkb_core.errors import Forbidden, NotFound
 
 Role = Literal["admin", "client"]
@@ -120,21 +120,32 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
-def search_scope(
-    caller: Caller,
-    *,
-    document_ids: list[str] | None,
-    labels_any: list[str] | None,
-    doc_types: list[DocType] | None,
-) -> ScopeFilter:
+class SearchFilterFields(Protocol):
+    """The filters of a search request (schemas.SearchFilters)."""
+
+    @property
+    def document_ids(self) -> list[str] | None: ...
+    @property
+    def labels_any(self) -> list[str] | None: ...
+    @property
+    def labels_all(self) -> list[str] | None: ...
+    @property
+    def doc_types(self) -> list[DocType] | None: ...
+    @property
+    def metadata(self) -> dict[str, MetadataValue] | None: ...
+
+
+def search_scope(caller: Caller, filters: SearchFilterFields) -> ScopeFilter:
     """The request's filters ANDed with the caller's mandatory restriction: a request can narrow it, never
     widen it. doc_type is single-valued, so its AND is an intersection; labels are a list per passage, so the
     key's labels go to the engine as a second condition of their own."""
     required = caller.restriction
     return ScopeFilter(
-        document_ids=document_ids,
-        labels_any=labels_any,
-        doc_types=_intersect(doc_types, required.doc_types),
+        document_ids=filters.document_ids,
+        labels_any=filters.labels_any,
+        labels_all=filters.labels_all,
+        doc_types=_intersect(filters.doc_types, required.doc_types),
+        metadata=filters.metadata,
         required_labels_any=required.labels_any,
     )
 

@@ -23,7 +23,8 @@ from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
 from ragkb_api.routes.mcp import McpController
 from ragkb_api.routes.search import SearchController
 from ragkb_api.routes.tools import ContextController, ToolController
-from ragkb_api.services import ApiKeyService, DocumentService, KnowledgeBaseService, SearchService
+from ragkb_api.searching import SearchService
+from ragkb_api.services import ApiKeyService, DocumentService, KnowledgeBaseService
 from ragkb_api.settings import ApiSettings
 from ragkb_api.tools import ToolService
 from ragkb_core.blobs import BlobStore

@@ -15,7 +15,8 @@ from ragkb_api.access import Caller, bearer_token
 from ragkb_api.dify_conditions import condition_holds
 from ragkb_api.rate_limit import TokenBuckets
 from ragkb_api.schemas import MAX_ID_CHARS, SearchRequest
-from ragkb_api.services import ApiKeyService, SearchService
+from ragkb_api.searching import SearchService
+from ragkb_api.services import ApiKeyService
 from ragkb_core.contracts import SearchHit
 from ragkb_core.db.models import Document
 from ragkb_core.errors import NotFound, Unauthorized

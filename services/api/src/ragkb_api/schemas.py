@@ -8,8 +8,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints, field_validator, model_validator
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
-from ragkb_core.contracts import DocType, SearchHit, SearchMode
-from ragkb_core.kb_settings import KbChunking
+from ragkb_core.contracts import DocType, MetadataValue, SearchHit, SearchMode, SearchResult
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, RetrievalOverrides
 
 MAX_LABELS = 50
 MAX_LABEL_CHARS = 100
@@ -17,6 +17,7 @@ MAX_LABEL_CHARS = 100
 MAX_ID_CHARS = 64
 MAX_KBS_PER_SEARCH = 50
 MAX_DOCUMENT_IDS_PER_SEARCH = 1000
+MAX_METADATA_FILTERS = 20
 Id = Annotated[str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS)]
 
 
@@ -34,6 +35,9 @@ class KnowledgeBaseCreate(BaseModel):
     name: str = Field(min_length=1, max_length=200)
     description: str = Field(default="", max_length=2000)
     chunking: KbChunking = Field(default_factory=KbChunking)
+    retrieval: KbRetrieval = Field(default_factory=KbRetrieval)
+    # Fixed for the KB's life: changing how text becomes terms needs a re-index.
+    analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
 
     @field_validator("name")
     @classmethod
@@ -43,12 +47,21 @@ class KnowledgeBaseCreate(BaseModel):
         return value.strip()
 
 
+class RetrievalPatch(RetrievalOverrides):
+    """Fields of a KB's retrieval settings to change; a field sent as null goes back to its default."""
+
+    reranker_model: str | None = Field(default=None, min_length=1, max_length=500)
+
+
 class KnowledgeBaseUpdate(BaseModel):
-    """Rename or re-describe a KB, or change how documents ingested from now on are chunked."""
+    """Rename or re-describe a KB, change how documents ingested from now on are chunked, or how it is
+    searched (takes effect on the next search). `analyzer` is refused: it changes only by re-indexing."""
 
     name: str | None = Field(default=None, min_length=1, max_length=200)
     description: str | None = Field(default=None, max_length=2000)
     chunking: KbChunking | None = None
+    retrieval: RetrievalPatch | None = None
+    analyzer: KbAnalyzer | None = None
 
 
 class KnowledgeBaseOut(BaseModel):
@@ -58,6 +71,8 @@ class KnowledgeBaseOut(BaseModel):
     embedding_model: str
     analyzer_version: str
     chunking: KbChunking
+    retrieval: KbRetrieval
+    analyzer: KbAnalyzer
     document_counts: dict[str, int]
     created_at: UtcDateTime
     updated_at: UtcDateTime
@@ -159,20 +174,41 @@ class KeySearchFilter(BaseModel):
     doc_types: list[DocType] | None = Field(default=None, max_length=2)
 
 
+MetadataKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
+
+
 class SearchFilters(KeySearchFilter):
     """Scope applied inside the engine before ranking: a passage outside it is never a candidate."""
 
     document_ids: list[Id] | None = Field(default=None, max_length=MAX_DOCUMENT_IDS_PER_SEARCH)
+    # Documents holding every one of these labels (`labels_any`: at least one).
+    labels_all: list[FilterLabel] | None = Field(default=None, max_length=MAX_LABELS)
+    # Document metadata equality (keys: letters, digits, _ and -; values: strings, integers, booleans).
+    metadata: dict[MetadataKey, MetadataValue] | None = Field(default=None, max_length=MAX_METADATA_FILTERS)
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_strings_are_short(cls, metadata: dict[str, MetadataValue] | None) -> dict[str, MetadataValue] | None:
+        for value in (metadata or {}).values():
+            if isinstance(value, str) and len(value) > MAX_LABEL_CHARS * 5:
+                raise ValueError(f"metadata filter values may have at most {MAX_LABEL_CHARS * 5} characters")
+        return metadata
 
 
 class SearchRequest(BaseModel):
     # The configured bound (RAGKB_LIMITS__MAX_QUERY_CHARS) is checked by the service.
     query: str = Field(min_length=1)
     knowledge_base_ids: list[Id] = Field(min_length=1, max_length=MAX_KBS_PER_SEARCH)
-    top_k: int = Field(default=12, ge=1, le=100)
-    # hybrid: dense + BM25 fused by RRF; semantic: dense only; keyword: BM25 only.
-    mode: SearchMode = "hybrid"
+    # hybrid: dense + BM25 fused by RRF; semantic: dense only; keyword: BM25 only. Default: each KB's own
+    # (hybrid unless its `retrieval.hybrid` is off).
+    mode: SearchMode | None = None
+    # Shorthand: passages per KB and in the answer (sets settings.top_k and settings.max_blocks).
+    top_k: int | None = Field(default=None, ge=1, le=100)
+    # Overrides of the KBs' retrieval settings for this request, within the same bounds.
+    settings: RetrievalOverrides = Field(default_factory=RetrievalOverrides)
     filters: SearchFilters = Field(default_factory=SearchFilters)
+    # Also return the candidates left out (and the stage that left them out) and the legs' own rankings.
+    explain: bool = False
 
     @field_validator("query")
     @classmethod
@@ -182,10 +218,52 @@ class SearchRequest(BaseModel):
         return value
 
 
-class SearchResponse(BaseModel):
+class SearchResponse(SearchResult):
     query: str
-    results: list[SearchHit]
-    took_ms: float
+
+
+class SearchTestRequest(BaseModel):
+    """One query in every mode side by side, for tuning a KB; `expected_document_ids` are traced through."""
+
+    query: str = Field(min_length=1)
+    settings: RetrievalOverrides = Field(default_factory=RetrievalOverrides)
+    filters: SearchFilters = Field(default_factory=SearchFilters)
+    expected_document_ids: list[Id] = Field(default_factory=list, max_length=50)
+
+    @field_validator("query")
+    @classmethod
+    def _query_is_not_blank(cls, value: str) -> str:
+        return SearchRequest._query_is_not_blank(value)
+
+
+class ExpectedDocumentTrace(BaseModel):
+    """Where one expected document stood in one run: its best rank in the answer and in each leg, or the
+    stage that dropped it, or that no leg retrieved it."""
+
+    document_id: str
+    answer_rank: int | None
+    dense_rank: int | None
+    keyword_rank: int | None
+    fused_rank: int | None
+    dropped_by: str | None
+    explanation: str
+
+
+class SearchTestRun(BaseModel):
+    name: Literal["semantic", "keyword", "hybrid", "hybrid+rerank"]
+    result: SearchResult
+    expected: list[ExpectedDocumentTrace]
+
+
+class SearchTestResponse(BaseModel):
+    query: str
+    knowledge_base_id: str
+    runs: list[SearchTestRun]
+
+
+class AnalyzeRequest(BaseModel):
+    knowledge_base_id: Id
+    text: str = Field(min_length=1, max_length=20_000)
 
 
 Role = Literal["admin", "client"]

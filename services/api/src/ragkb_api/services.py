@@ -9,6 +9,7 @@ from pathlib import PurePath
 from typing import Any
 
 from celery import Celery
+from pydantic import ValidationError
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -21,7 +22,6 @@ from ragkb_api.access import (
     hashes_match,
     kb_not_found,
     key_prefix,
-    search_scope,
 )
 from ragkb_api.schemas import (
     ApiKeyCreate,
@@ -36,17 +36,15 @@ from ragkb_api.schemas import (
     KnowledgeBaseCreate,
     KnowledgeBaseOut,
     KnowledgeBaseUpdate,
-    SearchRequest,
-    SearchResponse,
+    RetrievalPatch,
 )
 from ragkb_core.blobs import BlobStore
-from ragkb_core.contracts import SearchQuery
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import ApiKey, Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, Unauthorized
 from ragkb_core.formats import PLAIN_TEXT, detect_media_type
 from ragkb_core.ids import new_id
-from ragkb_core.kb_settings import KbChunking
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval
 from ragkb_core.queue import enqueue_ingest
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
@@ -83,8 +81,11 @@ class KnowledgeBaseService:
                         name=data.name,
                         description=data.description,
                         embedding_model=index.embedding_model,
-                        analyzer_version=index.analyzer_version,
+                        analyzer_version=data.analyzer.version,
                         chunking=data.chunking.model_dump(),
+                        retrieval=data.retrieval.model_dump(exclude_defaults=True),
+                        # In full: the analyzer's defaults may change, the terms this KB was built with may not.
+                        analyzer=data.analyzer.model_dump(),
                     )
                 )
         except IntegrityError as exc:
@@ -108,16 +109,19 @@ class KnowledgeBaseService:
             return _kb_out(kb, _status_counts(session, [kb_id]).get(kb_id, {}))
 
     def update(self, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBaseOut:
-        changes = data.model_dump(exclude_none=True)
-        if not changes:
-            raise InvalidInput("nothing to change: give name, description or chunking")
+        changes = data.model_dump(exclude_none=True, exclude={"retrieval", "analyzer"})
+        if not changes and data.retrieval is None and data.analyzer is None:
+            raise InvalidInput("nothing to change: give name, description, chunking or retrieval")
         try:
             with transaction(self._sessions) as session:
                 kb = _load_kb(session, kb_id)
+                _refuse_analyzer_change(kb, data.analyzer)
                 if data.name is not None and data.name != kb.name:
                     _ensure_name_free(session, data.name)
                 for field, value in changes.items():
                     setattr(kb, field, value)
+                if data.retrieval is not None:
+                    kb.retrieval = _patched_retrieval(kb.retrieval, data.retrieval)
         except IntegrityError as exc:
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
@@ -270,40 +274,6 @@ class DocumentService:
         return document, replaced, True
 
 
-class SearchService:
-    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, limits: LimitSettings) -> None:
-        self._sessions = sessions
-        self._retriever = retriever
-        self._limits = limits
-
-    def search(self, request: SearchRequest, caller: Caller) -> SearchResponse:
-        if len(request.query) > self._limits.max_query_chars:
-            raise InvalidInput(f"the query is longer than {self._limits.max_query_chars} characters")
-        kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
-        self.require_readable_kbs(kb_ids, caller)
-        filters = request.filters
-        query = SearchQuery(
-            query=request.query,
-            knowledge_base_ids=kb_ids,
-            top_k=request.top_k,
-            mode=request.mode,
-            scope=search_scope(
-                caller, document_ids=filters.document_ids, labels_any=filters.labels_any, doc_types=filters.doc_types
-            ),
-        )
-        result = self._retriever.search(query)
-        return SearchResponse(query=request.query, results=result.results, took_ms=result.took_ms)
-
-    def require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
-        """Every requested KB must exist and be readable; unknown and ungranted ids get the same answer."""
-        readable = caller.readable(kb_ids)
-        with self._sessions() as session:
-            found = set(session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.id.in_(readable))))
-        missing = [kb_id for kb_id in kb_ids if kb_id not in found]
-        if missing:
-            raise NotFound(f"knowledge bases that do not exist or are not yours: {', '.join(missing)}", missing=missing)
-
-
 class ApiKeyService:
     """Issues, lists, changes and revokes API keys, and resolves a presented key to its caller."""
 
@@ -422,6 +392,25 @@ def _api_key_out(key: ApiKey) -> ApiKeyOut:
 def _ensure_name_free(session: Session, name: str) -> None:
     if session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.name == name)).first():
         raise Conflict(f"a knowledge base named {name!r} already exists")
+
+
+def _refuse_analyzer_change(kb: KnowledgeBase, requested: KbAnalyzer | None) -> None:
+    if requested is not None and requested != KbAnalyzer.model_validate(kb.analyzer):
+        raise Conflict(
+            "a knowledge base's analyzer changes only by re-indexing it: every passage's terms must be made again",
+            analyzer=KbAnalyzer.model_validate(kb.analyzer).model_dump(),
+        )
+
+
+def _patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[str, Any]:
+    """The stored settings with the patch's fields applied (null: back to the default), validated whole."""
+    merged = KbRetrieval.model_validate(stored).model_dump() | patch.model_dump(exclude_unset=True)
+    defaults = KbRetrieval().model_dump()
+    unset_to_default = {field: defaults[field] if value is None else value for field, value in merged.items()}
+    try:
+        return KbRetrieval.model_validate(unset_to_default).model_dump(exclude_defaults=True)
+    except ValidationError as exc:
+        raise InvalidInput(f"invalid retrieval settings: {exc.errors()[0]['msg']}") from exc
 
 
 def _load_kb(session: Session, kb_id: str) -> KnowledgeBase:
@@ -581,6 +570,8 @@ def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
         embedding_model=kb.embedding_model,
         analyzer_version=kb.analyzer_version,
         chunking=KbChunking.model_validate(kb.chunking),
+        retrieval=KbRetrieval.model_validate(kb.retrieval),
+        analyzer=KbAnalyzer.model_validate(kb.analyzer),
         document_counts=all_counts,
         created_at=kb.created_at,
         updated_at=kb.updated_at,

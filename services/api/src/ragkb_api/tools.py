@@ -34,7 +34,8 @@ from ragkb_api.schemas import (
     SurroundingContextRequest,
     SurroundingContextResponse,
 )
-from ragkb_api.services import SearchService, document_out
+from ragkb_api.searching import SearchService
+from ragkb_api.services import document_out
 from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import ContextQuery
 from ragkb_core.db.models import Document, KnowledgeBase

@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from litestar import Litestar
 from litestar.di import Provide
 
-from ragkb_analyzer import Analyzer, Bm25Encoder
+from ragkb_analyzer import Bm25Encoder, bm25_encoder_for
+from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_http import PROBLEM_HANDLERS, health_router, service_token_guard
 from ragkb_models import load_embedder
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.port import VectorIndex
 from ragkb_retriever.indexing import IndexService
-from ragkb_retriever.routes import IndexController, SearchController, internal_ready
+from ragkb_retriever.reranking import RerankerPool
+from ragkb_retriever.routes import IndexController, SearchController, analyze, internal_ready
 from ragkb_retriever.searching import SearchService
 from ragkb_retriever.settings import RetrieverSettings
 
@@ -28,12 +30,17 @@ class RetrieverServices:
 def build_services(settings: RetrieverSettings) -> RetrieverServices:
     # Heavy models load here, once per process at start-up, never per request.
     embedder = load_embedder(settings.embedding)
-    bm25 = Bm25Encoder(Analyzer(), settings.analyzer)
+    rerankers = RerankerPool(settings.reranker)
+    rerankers.warm_up()
     index = build_index(settings.qdrant)
+
+    def bm25_for(analyzer: KbAnalyzer) -> Bm25Encoder:
+        return bm25_encoder_for(analyzer, settings.analyzer)
+
     return RetrieverServices(
         index=index,
-        indexing=IndexService(index, settings.embedding.model, embedder.dimension, bm25.version),
-        search=SearchService(index, embedder, bm25, settings.search),
+        indexing=IndexService(index, settings.embedding.model, embedder.dimension),
+        search=SearchService(index, embedder, bm25_for, rerankers),
     )
 
 
@@ -46,6 +53,7 @@ def create_app(settings: RetrieverSettings) -> Litestar:
         route_handlers=[
             health_router({"index": lambda: _index_answers(services.indexing)}),
             internal_ready,
+            analyze,
             IndexController,
             SearchController,
         ],

@@ -14,11 +14,10 @@ PATCHABLE_PAYLOAD_FIELDS = frozenset({"title", "source_id", "labels", "metadata"
 
 
 class IndexService:
-    def __init__(self, index: VectorIndex, embedding_model: str, dense_size: int, analyzer_version: str) -> None:
+    def __init__(self, index: VectorIndex, embedding_model: str, dense_size: int) -> None:
         self._index = index
         self._embedding_model = embedding_model
         self._dense_size = dense_size
-        self._analyzer_version = analyzer_version
 
     def create_kb(self, kb_id: str) -> KbIndexInfo:
         self._index.create_kb(kb_id, dense_size=self._dense_size)
@@ -26,7 +25,6 @@ class IndexService:
             kb_id=kb_id,
             embedding_model=self._embedding_model,
             dense_size=self._dense_size,
-            analyzer_version=self._analyzer_version,
         )
 
     def drop_kb(self, kb_id: str) -> None:

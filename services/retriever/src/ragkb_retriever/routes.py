@@ -8,6 +8,8 @@ from litestar import Controller, delete, get, patch, post, put
 from litestar.params import Parameter
 
 from ragkb_core.contracts import (
+    AnalyzeQuery,
+    AnalyzeResult,
     ContextQuery,
     ContextResult,
     DocumentPoints,
@@ -83,3 +85,8 @@ class SearchController(Controller):
     @post("/", status_code=200, sync_to_thread=True, summary="Search one or more KBs")
     def search(self, data: SearchQuery, search_service: SearchService) -> SearchResult:
         return search_service.search(data)
+
+
+@post(f"{INTERNAL_PREFIX}/analyze", status_code=200, sync_to_thread=True, tags=["search"], summary="Analyze a text")
+def analyze(data: AnalyzeQuery, search_service: SearchService) -> AnalyzeResult:
+    return search_service.analyze(data)

@@ -1,22 +1,53 @@
-"""Search: embed and analyse the query once, run the legs per KB inside the engine, merge KBs."""
+"""Search: encode the query once, retrieve every KB in parallel inside the engine, rerank, assemble.
+
+Stages and their timings (`SearchResult.timings_ms`): embed (the dense query vector), analyze (BM25 terms
+per distinct analyzer), retrieve (all KB legs, in parallel), rerank, assemble (the cuts, see assembly.py).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ragkb_analyzer import Bm25Encoder
-from ragkb_core.contracts import ContextQuery, ContextResult, SearchHit, SearchQuery, SearchResult, SparseTerms
+from ragkb_analyzer import Bm25Encoder, term_id
+from ragkb_core.contracts import (
+    AnalyzedTerm,
+    AnalyzeQuery,
+    AnalyzeResult,
+    ContextQuery,
+    ContextResult,
+    DocType,
+    KbSearch,
+    LegRanking,
+    LegRankingEntry,
+    ScopeFilter,
+    SearchHit,
+    SearchMode,
+    SearchQuery,
+    SearchResult,
+    SparseTerms,
+)
 from ragkb_core.errors import NotFound
+from ragkb_core.kb_settings import KbAnalyzer
+from ragkb_retriever.assembly import Candidate, assemble
 from ragkb_retriever.index.filters import ordinal_window_filter
 from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex
-from ragkb_retriever.settings import SearchSettings
+from ragkb_retriever.reranking import RerankerPool, RerankOutcome
+
+DOC_TYPES: tuple[DocType, ...] = ("knowledge", "reference")
+MAX_PARALLEL_SEARCHES = 4
 
 
 class QueryEncoder(Protocol):
     def embed_query(self, text: str) -> list[float]: ...
+
+
+EncoderForAnalyzer = Callable[[KbAnalyzer], Bm25Encoder]
 
 
 def qdrant_rrf_k(paper_k: int) -> int:
@@ -24,41 +55,190 @@ def qdrant_rrf_k(paper_k: int) -> int:
     return paper_k + 1
 
 
+@dataclass(frozen=True)
+class KbPart:
+    """One engine search: a KB, or one doc_type share of it when the answer has per-doc_type quotas."""
+
+    name: str
+    kb: KbSearch
+    mode: SearchMode
+    scope: ScopeFilter
+    reranks: bool
+
+    @property
+    def depth(self) -> int:
+        """Fused candidates to read: top_k, or top_k × multiplier for the reranker to choose from."""
+        retrieval = self.kb.retrieval
+        return retrieval.top_k * retrieval.candidate_multiplier if self.reranks else retrieval.top_k
+
+
+@dataclass(frozen=True)
+class QueryVectors:
+    dense: list[float] | None
+    sparse_by_analyzer: dict[str, SparseTerms]
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.timings_ms: dict[str, float] = {}
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.timings_ms[name] = round((time.perf_counter() - started) * 1000, 2)
+
+
 class SearchService:
-    def __init__(self, index: VectorIndex, encoder: QueryEncoder, bm25: Bm25Encoder, settings: SearchSettings) -> None:
+    def __init__(
+        self,
+        index: VectorIndex,
+        encoder: QueryEncoder,
+        bm25_for: EncoderForAnalyzer,
+        rerankers: RerankerPool,
+    ) -> None:
         self._index = index
         self._encoder = encoder
-        self._bm25 = bm25
-        self._settings = settings
-        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="kb-search")
+        self._bm25_for = bm25_for
+        self._rerankers = rerankers
+        self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_SEARCHES, thread_name_prefix="kb-search")
 
     def search(self, query: SearchQuery) -> SearchResult:
         started = time.perf_counter()
-        dense = self._encoder.embed_query(query.query) if query.mode != "keyword" else None
-        sparse = self._bm25.encode_query(query.query) if query.mode != "semantic" else None
-        per_kb = self._search_kbs(query, dense, sparse)
-        hits = sorted((hit for kb_hits in per_kb for hit in kb_hits), key=lambda hit: -hit.score)
-        took_ms = (time.perf_counter() - started) * 1000
-        return SearchResult(results=hits[: query.top_k], took_ms=round(took_ms, 2))
-
-    def _search_kbs(
-        self, query: SearchQuery, dense: list[float] | None, sparse: SparseTerms | None
-    ) -> list[list[SearchHit]]:
-        def one_kb(kb_id: str) -> list[SearchHit]:
-            legs = self._index.search(
-                kb_id,
-                dense=dense,
-                sparse=sparse,
-                scope=query.scope,
-                limit=query.top_k,
-                candidate_limit=query.top_k * self._settings.candidate_multiplier,
-                rrf_k=qdrant_rrf_k(self._settings.rrf_k),
+        watch = Stopwatch()
+        parts = self._plan(query)
+        vectors = self._encode(query.query, parts, watch)
+        with watch.stage("retrieve"):
+            retrieved = self._retrieve(parts, vectors)
+        candidates = [
+            Candidate(hit=hit, part=part.name, threshold=part.kb.retrieval.score_threshold if part.reranks else None)
+            for part, (hits, _) in zip(parts, retrieved, strict=True)
+            for hit in hits
+        ]
+        with watch.stage("rerank"):
+            outcome = self._rerank(query.query, parts, [candidate.hit for candidate in candidates])
+        if outcome.scores is None:
+            # Not reranked: the reranker's threshold does not apply to the fused scores.
+            for candidate in candidates:
+                candidate.threshold = None
+        with watch.stage("assemble"):
+            assembled = assemble(
+                candidates,
+                top_k_per_part={part.name: part.kb.retrieval.top_k for part in parts},
+                doc_type_quotas=query.doc_type_quotas,
+                max_blocks=query.max_blocks,
             )
-            return _annotated_hits(kb_id, legs)
+        return SearchResult(
+            results=assembled.results,
+            took_ms=round((time.perf_counter() - started) * 1000, 2),
+            mode=_overall_mode(parts, query),
+            reranked=outcome.scores is not None and any(part.reranks for part in parts),
+            degraded=outcome.degraded_reason is not None,
+            degraded_reason=outcome.degraded_reason,
+            reranker_model=outcome.model if outcome.scores is not None else None,
+            timings_ms=watch.timings_ms,
+            effective_settings={kb.kb_id: kb.retrieval for kb in query.knowledge_bases},
+            dropped=assembled.dropped if query.explain else None,
+            legs=[leg for part, (_, legs) in zip(parts, retrieved, strict=True) for leg in _leg_rankings(part, legs)]
+            if query.explain
+            else None,
+        )
 
-        if len(query.knowledge_base_ids) == 1:
-            return [one_kb(query.knowledge_base_ids[0])]
-        return list(self._pool.map(one_kb, query.knowledge_base_ids))
+    # -- planning and encoding ---------------------------------------------------------------------
+
+    def _plan(self, query: SearchQuery) -> list[KbPart]:
+        parts: list[KbPart] = []
+        for kb in query.knowledge_bases:
+            mode = query.mode or ("hybrid" if kb.retrieval.hybrid else "semantic")
+            reranks = self._reranks(kb)
+            if query.doc_type_quotas is None:
+                parts.append(KbPart(kb.kb_id, kb, mode, query.scope, reranks))
+                continue
+            # Each doc_type is retrieved on its own, so its share is filled from its own candidates.
+            for doc_type in _doc_types_in_scope(query.scope):
+                scope = query.scope.model_copy(update={"doc_types": [doc_type]})
+                parts.append(KbPart(f"{kb.kb_id}/{doc_type}", kb, mode, scope, reranks))
+        return parts
+
+    def _reranks(self, kb: KbSearch) -> bool:
+        wanted = kb.retrieval.rerank
+        if wanted is None:
+            return self._rerankers.is_available(kb.retrieval.reranker_model)
+        return wanted
+
+    def _encode(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> QueryVectors:
+        with watch.stage("embed"):
+            needs_dense = any(part.mode != "keyword" for part in parts)
+            dense = self._encoder.embed_query(text) if needs_dense else None
+        with watch.stage("analyze"):
+            sparse: dict[str, SparseTerms] = {}
+            for part in parts:
+                if part.mode != "semantic":
+                    encoder = self._bm25_for(part.kb.analyzer)
+                    if encoder.version not in sparse:
+                        sparse[encoder.version] = encoder.encode_query(text)
+        return QueryVectors(dense=dense, sparse_by_analyzer=sparse)
+
+    # -- retrieval ---------------------------------------------------------------------------------
+
+    def _retrieve(self, parts: Sequence[KbPart], vectors: QueryVectors) -> list[tuple[list[SearchHit], LegResults]]:
+        def one_part(part: KbPart) -> tuple[list[SearchHit], LegResults]:
+            retrieval = part.kb.retrieval
+            dense = vectors.dense if part.mode != "keyword" and retrieval.dense_weight > 0 else None
+            sparse = None
+            if part.mode != "semantic" and retrieval.keyword_weight > 0:
+                sparse = vectors.sparse_by_analyzer[self._bm25_for(part.kb.analyzer).version]
+            legs = self._index.search(
+                part.kb.kb_id,
+                dense,
+                sparse,
+                part.scope,
+                part.depth,
+                retrieval.top_k * retrieval.candidate_multiplier,
+                qdrant_rrf_k(retrieval.rrf_k),
+                # A leg of weight 0 does not run at all (above); the weights matter only when both run.
+                weights=(retrieval.dense_weight or 1.0, retrieval.keyword_weight or 1.0),
+            )
+            return _annotated_hits(part.kb.kb_id, legs), legs
+
+        if len(parts) == 1:
+            return [one_part(parts[0])]
+        return list(self._pool.map(one_part, parts))
+
+    # -- reranking ---------------------------------------------------------------------------------
+
+    def _rerank(self, query: str, parts: Sequence[KbPart], hits: list[SearchHit]) -> RerankOutcome:
+        """If any KB reranks, the merged candidates of all KBs are reranked together by one model: the
+        first reranking KB's (scores of different models are not comparable), within the smallest budget."""
+        reranking = [part.kb.retrieval for part in parts if part.reranks]
+        if not reranking or not hits:
+            return RerankOutcome(scores=None, model=None, degraded_reason=None, took_ms=0.0)
+        budget = min(retrieval.rerank_budget_ms for retrieval in reranking)
+        outcome = self._rerankers.rerank(reranking[0].reranker_model, query, [_rerank_text(h) for h in hits], budget)
+        if outcome.scores is not None:
+            for hit, score in zip(hits, outcome.scores, strict=True):
+                hit.rerank_score = round(score, 6)
+                hit.score = hit.rerank_score
+        return outcome
+
+    # -- analysis ----------------------------------------------------------------------------------
+
+    def analyze(self, query: AnalyzeQuery) -> AnalyzeResult:
+        """The terms `query.analyzer` makes of the text, with their ids and passage weights."""
+        encoder = self._bm25_for(query.analyzer)
+        analysis = encoder.analyzer.analyze(query.text)
+        tokens = analysis.terms
+        weights = encoder.term_weights(analysis)
+        counts = Counter(tokens)
+        terms = [
+            AnalyzedTerm(term=term, term_id=term_id(term), count=counts[term], document_weight=round(weights[term], 6))
+            for term in counts
+        ]
+        return AnalyzeResult(analyzer=query.analyzer, analyzer_version=encoder.version, terms=terms, tokens=tokens)
+
+    # -- neighbours --------------------------------------------------------------------------------
 
     def surrounding(self, kb_id: str, query: ContextQuery) -> ContextResult:
         """The passage `chunk_id` of KB `kb_id` and its neighbours: same document, same version, by ordinal."""
@@ -70,25 +250,67 @@ class SearchService:
         window = range(max(0, ordinal - query.before), ordinal + query.after + 1)
         spec = ordinal_window_filter(kb_id, payload["document_id"], int(payload["version"]), window)
         hits = self._index.scroll(kb_id, spec, limit=len(window))
-        passages = sorted((_hit(kb_id, hit, None, None) for hit in hits), key=lambda hit: hit.ordinal)
+        passages = sorted((_hit(kb_id, hit) for hit in hits), key=lambda hit: hit.ordinal)
         return ContextResult(passages=passages)
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
 
 
+def _doc_types_in_scope(scope: ScopeFilter) -> list[DocType]:
+    return [doc_type for doc_type in DOC_TYPES if scope.doc_types is None or doc_type in scope.doc_types]
+
+
+def _overall_mode(parts: Sequence[KbPart], query: SearchQuery) -> SearchMode | Any:
+    modes = {part.mode for part in parts}
+    if len(modes) == 1:
+        return modes.pop()
+    return query.mode or "mixed"
+
+
+def _rerank_text(hit: SearchHit) -> str:
+    """What the cross-encoder reads: the passage with its title and headings, as the embedder does."""
+    context = " > ".join(part for part in (hit.title, *hit.heading_path) if part)
+    return f"{context}\n{hit.text}" if context else hit.text
+
+
 def _annotated_hits(kb_id: str, legs: LegResults) -> list[SearchHit]:
-    """Fused hits with the rank and score each one had in the dense and keyword legs."""
+    """Fused hits with their fused rank and the rank and score each had in the dense and keyword legs."""
     dense_ranks = _ranks(legs.dense)
     keyword_ranks = _ranks(legs.keyword)
-    return [_hit(kb_id, hit, dense_ranks.get(hit.id), keyword_ranks.get(hit.id)) for hit in legs.fused]
+    hits = []
+    for rank, found in enumerate(legs.fused, start=1):
+        hit = _hit(kb_id, found, dense_ranks.get(found.id), keyword_ranks.get(found.id))
+        hit.fused_rank, hit.fused_score = rank, found.score
+        hits.append(hit)
+    return hits
+
+
+def _leg_rankings(part: KbPart, legs: LegResults) -> list[LegRanking]:
+    """The legs' own rankings (explain): where each candidate stood before fusion."""
+    rankings = []
+    for leg_name, leg_hits in (("dense", legs.dense), ("keyword", legs.keyword)):
+        if leg_hits:
+            entries = [
+                LegRankingEntry(
+                    chunk_id=hit.id, document_id=hit.payload["document_id"], rank=rank, score=round(hit.score, 6)
+                )
+                for rank, hit in enumerate(leg_hits, start=1)
+            ]
+            rankings.append(LegRanking(knowledge_base_id=part.kb.kb_id, part=part.name, leg=leg_name, entries=entries))
+    return rankings
 
 
 def _ranks(hits: Sequence[IndexHit]) -> dict[str, tuple[int, float]]:
     return {hit.id: (rank, hit.score) for rank, hit in enumerate(hits, start=1)}
 
 
-def _hit(kb_id: str, hit: IndexHit, dense: tuple[int, float] | None, keyword: tuple[int, float] | None) -> SearchHit:
+def _hit(
+    kb_id: str,
+    hit: IndexHit,
+    dense: tuple[int, float] | None = None,
+    keyword: tuple[int, float] | None = None,
+) -> SearchHit:
     payload: dict[str, Any] = hit.payload
     return SearchHit(
         chunk_id=hit.id,

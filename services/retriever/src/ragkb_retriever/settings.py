@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings
 
 from ragkb_core.settings import (
@@ -13,11 +13,25 @@ from ragkb_core.settings import (
 )
 
 
-class SearchSettings(BaseModel):
-    # RRF constant in the paper's convention (score = Σ 1/(k + rank), rank from 1).
-    rrf_k: int = Field(default=60, ge=1)
-    # Each leg fetches top_k × this many candidates before fusion.
-    candidate_multiplier: int = Field(default=7, ge=1)
+class RerankerSettings(BaseModel):
+    # The default reranker: a sentence-transformers cross-encoder id or folder. None (the default) = no reranker,
+    # because no cross-encoder ships offline and a real one costs seconds per search on a small CPU.
+    model: str | None = None
+    # Other ids or folders a knowledge base may choose; the default model is always allowed. A closed list, so a
+    # request cannot make the server load (or download) an arbitrary model.
+    allowed_models: list[str] = Field(default_factory=list)
+    # Tokens per (query, passage) pair; longer pairs are truncated. Bounded because cost grows with length and
+    # most cross-encoders are trained on ≤ 512 tokens.
+    max_length: int = Field(default=256, ge=16, le=512)
+    # Pairs per forward pass: larger batches amortise overhead but pad every pair to the longest in the batch.
+    batch_size: int = Field(default=32, ge=1)
+    # Torch device for the rerankers ("cpu", "cuda", "cuda:1", "mps"); cpu is what every deployment has.
+    device: str = "cpu"
+
+    @field_validator("model")
+    @classmethod
+    def _empty_means_none(cls, value: str | None) -> str | None:
+        return value or None  # docker-compose passes "" through for "no reranker"
 
 
 class RetrieverSettings(BaseSettings):
@@ -28,5 +42,5 @@ class RetrieverSettings(BaseSettings):
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
-    search: SearchSettings = Field(default_factory=SearchSettings)
+    reranker: RerankerSettings = Field(default_factory=RerankerSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)

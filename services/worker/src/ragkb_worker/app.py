@@ -7,7 +7,7 @@ import functools
 from celery import Celery
 from redis import Redis
 
-from ragkb_analyzer import Analyzer, Bm25Encoder
+from ragkb_analyzer import bm25_encoder_for
 from ragkb_core.blobs import BlobStore
 from ragkb_core.db.engine import build_engine, build_session_factory, database_answers
 from ragkb_core.queue import make_celery
@@ -33,7 +33,7 @@ def build_pipeline(settings: WorkerSettings) -> tuple[DocumentLedger, IngestPipe
         blobs=BlobStore(settings.blobs.root),
         tokenizer=embedder,
         encoder=embedder,
-        bm25=Bm25Encoder(Analyzer(), settings.analyzer),
+        bm25_for=functools.partial(bm25_encoder_for, settings=settings.analyzer),
         retriever=RetrieverClient(settings.retriever, settings.service_token),
         limits=settings.limits,
     )

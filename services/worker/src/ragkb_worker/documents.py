@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
-from ragkb_core.kb_settings import KbChunking
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,8 @@ class Claim:
     doc_type: str
     attempt: int
     chunking: KbChunking
+    # How the KB's text becomes BM25 terms; fixed for a KB until it is re-indexed.
+    analyzer: KbAnalyzer
 
 
 class DocumentLedger:
@@ -178,6 +180,7 @@ def _claim_of(session: Session, document: Document) -> Claim:
         doc_type=document.doc_type,
         attempt=document.attempts,
         chunking=KbChunking.model_validate(kb.chunking),
+        analyzer=KbAnalyzer.model_validate(kb.analyzer),
     )
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
@@ -16,6 +16,7 @@ from ragkb_analyzer import Bm25Encoder
 from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
 from ragkb_core.errors import ParseFailed, PayloadTooLarge
+from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
 from ragkb_worker.chunking import Chunk, Chunker, Tokenizer
@@ -25,6 +26,8 @@ from ragkb_worker.parsing import parse
 _log = logging.getLogger("ragkb.worker")
 # Chunks embedded between two lease renewals: ~10 s of work on 2 cores, far inside the default lease.
 EMBED_SLICE = 128
+# The BM25 encoder for a KB's analyzer (ragkb_analyzer.bm25_encoder_for: made once per configuration).
+Bm25EncoderFor = Callable[[KbAnalyzer], Bm25Encoder]
 
 
 class PassageEncoder(Protocol):
@@ -61,7 +64,7 @@ class IngestPipeline:
         blobs: BlobStore,
         tokenizer: Tokenizer,
         encoder: PassageEncoder,
-        bm25: Bm25Encoder,
+        bm25_for: Bm25EncoderFor,
         retriever: RetrieverClient,
         limits: LimitSettings,
     ) -> None:
@@ -69,7 +72,7 @@ class IngestPipeline:
         self._blobs = blobs
         self._tokenizer = tokenizer
         self._encoder = encoder
-        self._bm25 = bm25
+        self._bm25_for = bm25_for
         self._retriever = retriever
         self._limits = limits
 
@@ -77,21 +80,25 @@ class IngestPipeline:
         clock = StageClock()
         superseded = IngestOutcome(claim.document_id, "superseded")
         chunks, report, text = self._prepare(claim, clock)
+        # The analyzer of the claim, not of a renewal: one document's chunks all carry one analyzer version.
+        bm25 = self._bm25_for(claim.analyzer)
         # Renewing between stages keeps the lease alive and notices a newer upload early.
         if (current := self._ledger.renew(claim)) is None:
             return superseded
         with clock.stage("embed"):
             embed_texts = [embedding_text(current.title, chunk) for chunk in chunks]
-            embedded = self._embed(current, embed_texts)
+            embedded = self._embed(current, embed_texts, bm25)
         if embedded is None or (current := self._ledger.renew(current)) is None:
             return superseded
         dense, sparse = embedded
         with clock.stage("index"):
-            points = _document_points(current, chunks, dense, sparse, self._bm25.version)
+            points = _document_points(current, chunks, dense, sparse, bm25.version)
             self._retriever.write_document(points)
         return self._settle(current, len(chunks), clock, report, text)
 
-    def _embed(self, claim: Claim, texts: list[str]) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
+    def _embed(
+        self, claim: Claim, texts: list[str], bm25: Bm25Encoder
+    ) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
         """Dense and BM25 vectors, a slice at a time with the lease renewed in between, so that a large
         document keeps its claim (and a superseded one stops early). None when superseded."""
         dense_parts: list[NDArray[np.float32]] = []
@@ -101,7 +108,7 @@ class IngestPipeline:
                 return None
             piece = texts[start : start + EMBED_SLICE]
             dense_parts.append(self._encoder.embed_passages(piece))
-            sparse.extend(self._bm25.encode_document(text) for text in piece)
+            sparse.extend(bm25.encode_document(text) for text in piece)
         return np.concatenate(dense_parts), sparse
 
     def _prepare(self, claim: Claim, clock: StageClock) -> tuple[list[Chunk], dict[str, object], str]:

@@ -42,6 +42,9 @@ class KnowledgeBase(Base):
     analyzer_version: Mapped[str] = mapped_column(String(100))
     # ragkb_core.kb_settings.KbChunking as JSON.
     chunking: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # ragkb_core.kb_settings.KbRetrieval and KbAnalyzer as JSON ({} means the defaults).
+    retrieval: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    analyzer: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 

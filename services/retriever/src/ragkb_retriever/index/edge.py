@@ -75,6 +75,7 @@ from ragkb_retriever.index.port import (
     no_index,
     no_results,
     plan_legs,
+    rrf_weights,
 )
 from ragkb_retriever.index.schema import (
     DENSE_VECTOR,
@@ -195,8 +196,11 @@ class EdgeIndex:
         limit: int,
         candidate_limit: int,
         rrf_k: int,
+        weights: tuple[float, float] = (1.0, 1.0),
     ) -> LegResults:
-        legs = plan_legs(dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k)
+        legs = plan_legs(
+            dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k, weights=weights
+        )
         if not legs:
             self._check_kb(kb_id)
             return no_results()
@@ -341,7 +345,7 @@ class _LegRequests:
         return QueryRequest(
             limit=leg.limit,
             prefetches=[self._dense(leg.dense), self._keyword(leg.keyword)],
-            query=Fusion.Rrf(k=leg.rrf_k),  # type: ignore[arg-type]  # the stub's union omits Fusion.Rrf
+            query=Fusion.Rrf(k=leg.rrf_k, weights=rrf_weights(leg)),  # type: ignore[arg-type]  # the stub's union omits Fusion.Rrf
             with_payload=True,
         )
 

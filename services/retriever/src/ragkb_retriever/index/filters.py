@@ -13,7 +13,7 @@ class FieldMatch:
     """The field holds any of `values` (for a list field: any element does)."""
 
     field: str
-    values: tuple[str, ...] | tuple[int, ...]
+    values: tuple[str | int | bool, ...]
 
     def value_list(self) -> list[str] | list[int]:
         """The values as the homogeneous list that the engines' match-any conditions take."""
@@ -48,6 +48,9 @@ def scope_filter(kb_id: str, scope: ScopeFilter) -> FilterSpec:
         ("labels", scope.required_labels_any),
     )
     matches = [FieldMatch(field, tuple(values)) for field, values in optional if values]
+    matches += [FieldMatch("labels", (label,)) for label in scope.labels_all or ()]
+    # Keys are validated by the api (letters, digits, _ and -), so the dotted path names one nested field.
+    matches += [FieldMatch(f"metadata.{key}", (value,)) for key, value in (scope.metadata or {}).items()]
     return FilterSpec(must=(*kb_filter(kb_id).must, *matches))
 
 

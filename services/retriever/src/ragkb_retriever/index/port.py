@@ -12,6 +12,9 @@ scores a point as
 (verified against Qdrant Edge and qdrant-client's local mode, see test_index_congruence.py). The RRF
 paper counts ranks from 1, 1 / (k_paper + rank_1), so Qdrant's k = k_paper + 1: the paper's k = 60 is
 `rrf_k=61`. Qdrant's own default k is 2, which is why `rrf_k` is always passed explicitly.
+
+Leg weights (Qdrant's definition) scale a leg's rank, not its score: a leg of weight w contributes
+1 / ((rank0 + 1) / w + k − 1), i.e. 1 / (k_paper + rank_1 / w) in the paper's terms; w = 1 is plain RRF.
 """
 
 from __future__ import annotations
@@ -102,8 +105,10 @@ class VectorIndex(Protocol):
         limit: int,
         candidate_limit: int,
         rrf_k: int,
+        weights: tuple[float, float] = (1.0, 1.0),
     ) -> LegResults:
-        """Both legs filtered by `scope` inside the engine, fused with RRF (Qdrant's k = `rrf_k`).
+        """Both legs filtered by `scope` inside the engine, fused with RRF (Qdrant's k = `rrf_k`, leg
+        `weights` (dense, keyword), see the module docstring).
 
         Without `dense` only the keyword leg runs, without (non-empty) `sparse` only the dense leg;
         `fused` is then that leg cut to `limit`.
@@ -138,9 +143,15 @@ class FusedLeg:
     keyword: KeywordLeg
     limit: int
     rrf_k: int
+    weights: tuple[float, float] = (1.0, 1.0)
 
 
 Leg = DenseLeg | KeywordLeg | FusedLeg
+
+
+def rrf_weights(leg: FusedLeg) -> list[float] | None:
+    """The weights to send the engine, in prefetch order (dense, keyword); None for plain RRF."""
+    return None if leg.weights == (1.0, 1.0) else list(leg.weights)
 
 
 def document_delete_filter(
@@ -165,8 +176,11 @@ def plan_legs(
     limit: int,
     rrf_k: int,
     candidate_limit: int,
+    weights: tuple[float, float] = (1.0, 1.0),
 ) -> tuple[Leg, ...]:
     """The legs to run as one batch; none when the scope grants nothing or there is no query."""
+    if min(weights) <= 0:
+        raise InvalidInput("leg weights must be positive (leave a leg out instead)", weights=list(weights))
     if min(limit, candidate_limit, rrf_k) < 1:
         raise InvalidInput(
             "limit, candidate_limit and rrf_k must be at least 1",
@@ -184,7 +198,7 @@ def plan_legs(
         legs.append(KeywordLeg(sparse))
     match legs:
         case [DenseLeg() as dense_leg, KeywordLeg() as keyword_leg]:
-            return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k)
+            return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k, weights)
         case _:
             return tuple(legs)
 

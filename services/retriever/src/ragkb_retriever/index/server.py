@@ -32,6 +32,7 @@ from ragkb_retriever.index.port import (
     no_index,
     no_results,
     plan_legs,
+    rrf_weights,
 )
 from ragkb_retriever.index.schema import (
     DENSE_VECTOR,
@@ -135,8 +136,11 @@ class ServerIndex:
         limit: int,
         candidate_limit: int,
         rrf_k: int,
+        weights: tuple[float, float] = (1.0, 1.0),
     ) -> LegResults:
-        legs = plan_legs(dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k)
+        legs = plan_legs(
+            dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k, weights=weights
+        )
         if not legs:
             if not self.kb_exists(kb_id):
                 raise no_index(kb_id)
@@ -245,7 +249,7 @@ class _LegRequests:
         # The prefetches are the very legs run beside this request, so the fused list is RRF over them.
         return qm.QueryRequest(
             prefetch=[self._dense(leg.dense), self._keyword(leg.keyword)],
-            query=qm.RrfQuery(rrf=qm.Rrf(k=leg.rrf_k)),
+            query=qm.RrfQuery(rrf=qm.Rrf(k=leg.rrf_k, weights=rrf_weights(leg))),
             limit=leg.limit,
             with_payload=True,
         )

@@ -1,0 +1,118 @@
+"""Per-KB analyzer configurations: each has its own version, and only the terms it adds differ."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from ragkb_analyzer import ANALYZER_VERSION, BIGRAM_PREFIX, Analyzer, bm25_encoder_for, term_id
+from ragkb_core.kb_settings import KbAnalyzer
+from ragkb_core.settings import AnalyzerSettings
+
+# Sudachi alone: what every KB was indexed with before the analyzer was a setting.
+DEFAULT = Analyzer(KbAnalyzer(char_bigrams=False))
+MODE_A = Analyzer(KbAnalyzer(sudachi_mode_a_subwords=True, char_bigrams=False))
+BIGRAMS = Analyzer(KbAnalyzer(char_bigrams=True))
+BOTH = Analyzer(KbAnalyzer(sudachi_mode_a_subwords=True, char_bigrams=True))
+PLAIN_BIGRAM = Analyzer(KbAnalyzer(japanese="char-bigram"))
+ALL = (DEFAULT, MODE_A, BIGRAMS, BOTH, PLAIN_BIGRAM)
+JAPANESE = "選挙管理委員会は年次有給休暇の申請を受け付けます。"
+ENGLISH = "COVID-19 Vaccines reduce hospital admissions."
+
+
+def test_sudachi_alone_keeps_the_version_existing_indexes_carry_and_new_kbs_add_bigrams() -> None:
+    assert DEFAULT.version == ANALYZER_VERSION == "sudachi-c-norm+latin-lower/1"
+    assert Analyzer().version == KbAnalyzer().version == BIGRAMS.version == "sudachi-c-norm+latin-lower/1+cjk-bigram"
+
+
+def test_every_configuration_has_its_own_version() -> None:
+    versions = [analyzer.version for analyzer in ALL]
+    assert len(set(versions)) == len(versions)
+    assert PLAIN_BIGRAM.version == "cjk-bigram+latin-lower/1"
+
+
+def test_default_terms_are_unchanged() -> None:
+    assert DEFAULT.terms(JAPANESE) == [
+        "選挙管理委員会",
+        "は",
+        "年次有給休暇",
+        "の",
+        "申請",
+        "を",
+        "受け付ける",
+        "ます",
+    ]
+    assert DEFAULT.terms(ENGLISH) == ["covid", "19", "vaccines", "reduce", "hospital", "admissions"]
+
+
+def test_extras_only_add_terms_after_the_default_ones() -> None:
+    default_terms = DEFAULT.terms(JAPANESE)
+    for analyzer in (MODE_A, BIGRAMS, BOTH):
+        analysis = analyzer.analyze(JAPANESE)
+        assert analysis.terms[: len(default_terms)] == default_terms
+        assert analysis.length == len(default_terms)  # extra terms do not lengthen the text for BM25
+
+
+def test_english_is_the_same_under_every_configuration() -> None:
+    for analyzer in ALL:
+        assert analyzer.terms(ENGLISH) == DEFAULT.terms(ENGLISH)
+
+
+def test_mode_a_adds_the_parts_of_compounds() -> None:
+    terms = MODE_A.terms(JAPANESE)
+    assert {"選挙", "管理", "委員", "年次", "有給", "休暇"} <= set(terms)
+    assert "選挙管理委員会" in terms and "年次有給休暇" in terms
+    # A word that mode A does not split adds nothing.
+    assert terms.count("申請") == 1
+
+
+def test_bigrams_are_prefixed_apart_from_words() -> None:
+    extras = BIGRAMS.terms("東京都に行く")[len(DEFAULT.terms("東京都に行く")) :]
+    assert extras == [BIGRAM_PREFIX + bigram for bigram in ("東京", "京都", "都に", "に行", "行く")]
+    assert term_id(BIGRAM_PREFIX + "東京") != term_id("東京")
+
+
+def test_a_one_character_run_gives_its_unigram() -> None:
+    assert BIGRAMS.terms("A 日 B")[-1] == BIGRAM_PREFIX + "日"
+
+
+def test_the_plain_bigram_analyzer_has_no_sudachi_terms() -> None:
+    terms = PLAIN_BIGRAM.terms("年次有給休暇はCOVID対策")
+    assert terms == [BIGRAM_PREFIX + b for b in ("年次", "次有", "有給", "給休", "休暇", "暇は")] + [
+        "covid",
+        BIGRAM_PREFIX + "対策",
+    ]
+
+
+def test_extra_terms_need_sudachi() -> None:
+    with pytest.raises(ValidationError):
+        KbAnalyzer(japanese="char-bigram", char_bigrams=True)
+    with pytest.raises(ValidationError):
+        KbAnalyzer(japanese="char-bigram", sudachi_mode_a_subwords=True)
+
+
+def test_encoders_are_made_once_per_configuration() -> None:
+    settings = AnalyzerSettings()
+    first = bm25_encoder_for(KbAnalyzer(char_bigrams=True), settings)
+    assert bm25_encoder_for(KbAnalyzer(char_bigrams=True), settings) is first
+    assert bm25_encoder_for(KbAnalyzer(char_bigrams=False), settings) is not first
+    assert first.version == "sudachi-c-norm+latin-lower/1+cjk-bigram"
+
+
+def test_a_query_matches_a_compound_by_its_part_only_with_mode_a() -> None:
+    settings = AnalyzerSettings()
+    document = "年次有給休暇の申請"
+    sudachi_alone = KbAnalyzer(char_bigrams=False)
+    with_parts = KbAnalyzer(sudachi_mode_a_subwords=True, char_bigrams=False)
+    for config, matches in ((sudachi_alone, False), (with_parts, True)):
+        encoder = bm25_encoder_for(config, settings)
+        shared = set(encoder.encode_query("休暇").indices) & set(encoder.encode_document(document).indices)
+        assert bool(shared) is matches
+
+
+def test_term_weights_are_what_a_document_is_encoded_with() -> None:
+    encoder = bm25_encoder_for(KbAnalyzer(char_bigrams=True), AnalyzerSettings())
+    weights = encoder.term_weights(encoder.analyzer.analyze(JAPANESE))
+    vector = encoder.encode_document(JAPANESE)
+    by_id = dict(zip(vector.indices, vector.values, strict=True))
+    assert all(by_id[term_id(term)] == weight for term, weight in weights.items())
