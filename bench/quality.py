@@ -1,6 +1,7 @@
 """Retrieval quality per search mode over HTTP, on BEIR collections ingested with bench/ingest.py.
 
-    python bench/quality.py [--corpora scifact:train jsquad:dev] [--max-queries N] [--settings '{"keyword_weight": 1.5}']
+    python bench/quality.py [--corpora scifact:train jsquad:dev] [--max-queries N]
+                            [--settings '{"keyword_weight": 1.5}'] [--label NAME]
 
 For every query and run the service returns up to 100 passages; they are reduced to documents in rank order
 (first passage wins) and scored with nDCG@10, Recall@100 and MRR@10. The runs per corpus, all in the same
@@ -127,9 +128,8 @@ def main() -> None:
             print(row, flush=True)
     name = f"quality-{args.label}" if args.label else "quality"
     path = save_result(name, {"settings": args.settings, "rows": rows})
-    print(
-        "| corpus | queries | run | nDCG@10 | Recall@100 | MRR@10 | server p50 ms | note |\n|---|---|---|---|---|---|---|---|"
-    )
+    print("| corpus | queries | run | nDCG@10 | Recall@100 | MRR@10 | server p50 ms | note |")
+    print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         note = ("degraded: " + "; ".join(r["degraded"])) if r["degraded"] else ""
         print(
