@@ -154,6 +154,9 @@ def _scopes(kb_id: str, rng: random.Random) -> list[ScopeFilter]:
         ScopeFilter(labels_any=["hr", "it"]),
         ScopeFilter(doc_types=["reference"]),
         ScopeFilter(labels_any=["legal"], doc_types=["knowledge"], document_ids=rng.sample(own, 5)),
+        ScopeFilter(labels_all=["hr", "it"]),
+        ScopeFilter(metadata={"n": 3}),
+        ScopeFilter(metadata={"author": "x"}, labels_all=["legal"], doc_types=["knowledge"]),
         ScopeFilter(document_ids=foreign[:4]),  # another KB's documents: nothing to see here
         ScopeFilter(labels_any=[]),  # an empty allow-list grants nothing
     ]
@@ -166,7 +169,8 @@ def _searches() -> list[Search]:
         for scope in _scopes(kb_id, rng):
             doc = rng.choice([doc for doc in CORPUS.documents if doc.kb_id == kb_id])
             dense = [value + rng.gauss(0, 0.8) for value in doc.centroid]
-            terms = sorted(rng.sample(doc.topic, 3) + rng.sample(range(VOCABULARY), 1))
+            # A set: the random extra term may also be one of the topic's (a query term is sent once).
+            terms = sorted({*rng.sample(doc.topic, 3), *rng.sample(range(VOCABULARY), 1)})
             sparse = SparseTerms(indices=terms, values=[1.0] * len(terms))
             searches += [
                 Search(kb_id, dense, sparse, scope),
@@ -222,12 +226,15 @@ def assert_congruent(edge: LegResults, server: LegResults) -> None:
 # -- oracles --------------------------------------------------------------------------------------
 
 
-def rrf_oracle(legs: Sequence[Sequence[IndexHit]], k: int) -> dict[str, float]:
-    """Qdrant's RRF as documented in port.py: sum over legs of 1 / (k + rank), rank counted from 0."""
+def rrf_oracle(
+    legs: Sequence[Sequence[IndexHit]], k: int, weights: Sequence[float] = (1.0, 1.0)
+) -> dict[str, float]:
+    """Qdrant's RRF as documented in port.py: sum over legs of 1 / ((rank + 1) / w + k - 1), rank counted
+    from 0 — with w = 1, 1 / (k + rank)."""
     scores: dict[str, float] = {}
-    for leg in legs:
+    for leg, weight in zip(legs, weights, strict=True):
         for rank, hit in enumerate(leg):
-            scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / (k + rank)
+            scores[hit.id] = scores.get(hit.id, 0.0) + 1.0 / ((rank + 1) / weight + k - 1)
     return scores
 
 
@@ -237,6 +244,8 @@ def _in_scope(payload: dict[str, Any], kb_id: str, scope: ScopeFilter) -> bool:
         and (scope.document_ids is None or payload["document_id"] in scope.document_ids)
         and (scope.labels_any is None or bool(set(payload["labels"]) & set(scope.labels_any)))
         and (scope.doc_types is None or payload["doc_type"] in scope.doc_types)
+        and set(scope.labels_all or ()) <= set(payload["labels"])
+        and all(payload["metadata"].get(key) == value for key, value in (scope.metadata or {}).items())
     )
 
 
@@ -360,6 +369,28 @@ def test_plain_python_rrf_reproduces_the_engines_fusion(engine: str, request: py
     for search in hybrid:
         results = search.run(index)
         expected = rrf_oracle([results.dense, results.keyword], RRF_K)
+        for hit in results.fused:
+            assert math.isclose(hit.score, expected[hit.id], rel_tol=1e-5)
+        best = sorted(expected.items(), key=lambda item: -item[1])[:LIMIT]
+        assert_same_ranking(results.fused, _as_hits(best))
+        checked += bool(results.fused)
+    assert checked > 10
+
+
+@pytest.mark.parametrize("engine", ["edge", "server"])
+@pytest.mark.parametrize("weights", [(2.0, 0.5), (0.7, 1.3)])
+def test_weighted_rrf_is_the_documented_formula(
+    engine: str, weights: tuple[float, float], request: pytest.FixtureRequest
+) -> None:
+    index: VectorIndex = request.getfixturevalue(engine)
+    _load(index)
+    hybrid = [search for search in SEARCHES if search.dense is not None and search.sparse is not None]
+    checked = 0
+    for search in hybrid:
+        results = index.search(
+            search.kb_id, search.dense, search.sparse, search.scope, LIMIT, CANDIDATES, RRF_K, weights=weights
+        )
+        expected = rrf_oracle([results.dense, results.keyword], RRF_K, weights)
         for hit in results.fused:
             assert math.isclose(hit.score, expected[hit.id], rel_tol=1e-5)
         best = sorted(expected.items(), key=lambda item: -item[1])[:LIMIT]
