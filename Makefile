@@ -56,8 +56,8 @@ lint: install ## ruff and mypy (strict)
 format: install ## Apply ruff's formatting and fixes
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
 
-bench: install redis ## Ingest and query benchmarks against a live service (see bench/README.md)
-	$(PY) bench/ingest.py && $(PY) bench/query.py
+bench: install redis ## Ingest and quality benchmarks against a live service, then query latency on a private stack (README: Benchmarks)
+	$(PY) bench/ingest.py && $(PY) bench/quality.py --corpora scifact:train && $(PY) bench/query.py
 
 clean: ## Remove local data (var/); keeps the venv and the model cache
 	rm -rf var

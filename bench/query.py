@@ -1,71 +1,334 @@
-"""Query latency over HTTP and retrieval quality (nDCG@10) on a BEIR collection already ingested by ingest.py.
+"""Query latency per mode and per stage at several index sizes, one client and eight concurrent clients.
 
-    python bench/query.py [--corpus scifact] [--split train] [--url http://127.0.0.1:8000]
+    python bench/query.py [--scales 10000 100000] [--queries 300] [--concurrency 8]
+    python bench/query.py --url http://127.0.0.1:8000 --retriever-url http://127.0.0.1:8001
+        (a running stack: admin key from RAGKB_API_KEY, service token from RAGKB_SERVICE_TOKEN; its rate limit
+        must be off, RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE=0, or the concurrent run measures the limiter)
 
-Ranks are per document: the chunks a search returns are reduced to their documents in order (first chunk wins).
+Without --url it starts a private stack (bench/stack.py: deploy/launcher.py on free ports and a temporary
+directory). For every scale it builds a KB of that many chunks with bench/scale.py — real SciFact passages
+scaled up by repetition with perturbation, NOT that many distinct passages — waits until the index has
+finished its background optimisation, then, per mode (semantic, keyword, hybrid, and hybrid+rerank when the
+server has a reranker), sends real SciFact queries through the public `POST /v1/search`:
+
+- one client: a warm-up, then --queries requests one after the other; p50/p95/p99 of the HTTP latency,
+  of the server's `took_ms`, and of each stage in `timings_ms` (embed, analyze, retrieve, rerank,
+  assemble; a stage the server does not report is absent);
+- --concurrency clients (threads, one connection each) sharing --queries requests: queries/s and p50/p95.
+
+Results: bench/results/query-latency.json and .md. Retrieval quality (nDCG@10 per mode on a corpus
+ingested by bench/ingest.py) is bench/quality.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
+import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
-from common import DATA, client, find_kb, ndcg_at_k, percentile, read_jsonl, read_qrels, save_result
+import httpx
+import scale
+from common import DATA, RESULTS, percentile, read_jsonl, save_result
+from stack import Stack, local_stack
+
+WARM_UP = 20
+STAGES = ("embed", "analyze", "retrieve", "rerank", "assemble")
+LARGEST_DEFAULT_SCALE = 100_000
 
 
-def ranked_documents(results: list[dict[str, Any]]) -> list[str]:
-    return list(dict.fromkeys(result["source_id"] for result in results))
+@dataclass(frozen=True)
+class Mode:
+    label: str
+    mode: str
+    rerank: bool
+
+
+MODES = (
+    Mode("semantic", "semantic", rerank=False),
+    Mode("keyword", "keyword", rerank=False),
+    Mode("hybrid", "hybrid", rerank=False),
+    Mode("hybrid+rerank", "hybrid", rerank=True),
+)
+
+
+@dataclass
+class Samples:
+    """What one run of requests measured: HTTP latency, server total, per stage, and the flags answered."""
+
+    http_ms: list[float] = field(default_factory=list)
+    took_ms: list[float] = field(default_factory=list)
+    stages: dict[str, list[float]] = field(default_factory=dict)
+    reranked: int = 0
+    degraded: int = 0
+
+    def add(self, http_ms: float, body: dict[str, Any]) -> None:
+        self.http_ms.append(http_ms)
+        self.took_ms.append(body["took_ms"])
+        for stage, ms in (body.get("timings_ms") or {}).items():
+            self.stages.setdefault(stage, []).append(ms)
+        self.reranked += bool(body.get("reranked"))
+        self.degraded += bool(body.get("degraded"))
+
+
+class Searcher:
+    """Builds the search body for a mode. Reranking is switched per request through the request's retrieval
+    overrides when the API offers them (found in its OpenAPI document); without them the KB's default holds."""
+
+    def __init__(self, api: httpx.Client, kb_id: str, top_k: int) -> None:
+        self._kb_id = kb_id
+        self._top_k = top_k
+        self._overrides_field = _rerank_overrides_field(api.get("/schema/openapi.json").json())
+
+    @property
+    def can_switch_rerank(self) -> bool:
+        return self._overrides_field is not None
+
+    def body(self, query: str, mode: Mode) -> dict[str, Any]:
+        body: dict[str, Any] = {"query": query, "knowledge_base_ids": [self._kb_id], "top_k": self._top_k}
+        body["mode"] = mode.mode
+        if self._overrides_field:
+            body[self._overrides_field] = {"rerank": mode.rerank}
+        return body
+
+
+def _rerank_overrides_field(openapi: dict[str, Any]) -> str | None:
+    """The property of the search request whose schema has a `rerank` field, if any."""
+    schemas = openapi.get("components", {}).get("schemas", {})
+    properties = schemas.get("SearchRequest", {}).get("properties", {})
+    for name, schema in properties.items():
+        refs = [schema.get("$ref", "")] + [option.get("$ref", "") for option in schema.get("anyOf", [])]
+        for ref in filter(None, refs):
+            if "rerank" in schemas.get(ref.rsplit("/", 1)[-1], {}).get("properties", {}):
+                return str(name)
+    return None
+
+
+def timed_search(http: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    response = http.post("/v1/search", json=body)
+    elapsed = (time.perf_counter() - started) * 1000
+    if response.status_code != 200:
+        raise SystemExit(f"search answered {response.status_code}: {response.text[:500]}")
+    answer: dict[str, Any] = response.json()
+    return elapsed, answer
+
+
+def probe_search(http: httpx.Client, body: dict[str, Any]) -> float | None:
+    """Milliseconds of one search, or None when it failed: a search waiting on an optimisation that holds
+    the retriever longer than the api's retriever timeout answers 503."""
+    started = time.perf_counter()
+    response = http.post("/v1/search", json=body)
+    return (time.perf_counter() - started) * 1000 if response.status_code == 200 else None
+
+
+def single_client(http: httpx.Client, searcher: Searcher, mode: Mode, queries: list[str], count: int) -> Samples:
+    for query in queries[:WARM_UP]:
+        timed_search(http, searcher.body(query, mode))
+    samples = Samples()
+    for index in range(count):
+        samples.add(*timed_search(http, searcher.body(queries[(WARM_UP + index) % len(queries)], mode)))
+    return samples
+
+
+def concurrent_clients(
+    stack: Stack, searcher: Searcher, mode: Mode, queries: list[str], *, count: int, clients: int
+) -> tuple[Samples, float]:
+    """`clients` threads, each with its own connection, share `count` requests; returns samples and wall s."""
+    samples = Samples()
+    lock = threading.Lock()
+    next_index = iter(range(count))
+
+    def run() -> None:
+        with api_client(stack) as http:
+            timed_search(http, searcher.body(queries[0], mode))  # opens the connection
+            barrier.wait()
+            while True:
+                with lock:
+                    index = next(next_index, None)
+                if index is None:
+                    return
+                measured = timed_search(http, searcher.body(queries[index % len(queries)], mode))
+                with lock:
+                    samples.add(*measured)
+
+    barrier = threading.Barrier(clients + 1)
+    threads = [threading.Thread(target=run) for _ in range(clients)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    return samples, time.perf_counter() - started
+
+
+@contextmanager
+def api_client(stack: Stack) -> Iterator[httpx.Client]:
+    headers = {"Authorization": f"Bearer {stack.admin_key}"}
+    with httpx.Client(base_url=stack.api_url, timeout=120, headers=headers) as http:
+        yield http
+
+
+def quantiles(values: list[float], qs: tuple[int, ...] = (50, 95, 99)) -> dict[str, float]:
+    return {f"p{q}": round(percentile(values, q), 1) for q in qs} if values else {}
+
+
+def summary(samples: Samples) -> dict[str, Any]:
+    return {
+        "requests": len(samples.http_ms),
+        "http_ms": quantiles(samples.http_ms),
+        "took_ms": quantiles(samples.took_ms),
+        # A stage that took 0 ms in every request did not run (the server reports every stage).
+        "stages_ms": {stage: quantiles(values) for stage, values in samples.stages.items() if any(values)},
+        "reranked": samples.reranked,
+        "degraded": samples.degraded,
+    }
+
+
+def measure_scale(stack: Stack, points: int, base: scale.BaseSet, args: argparse.Namespace) -> dict[str, Any]:
+    queries = [query["text"] for query in read_jsonl(DATA / "scifact" / "queries.jsonl")]
+    with api_client(stack) as http:
+        kb_id = scale.create_kb(http, f"bench-scale-{points}")
+        retriever = scale.retriever_client(stack.retriever_url, stack.service_token)
+        write_s = scale.write_points(retriever, kb_id, points, base)
+        print(f"{points} points written in {write_s:.0f} s; waiting for the index to optimise", flush=True)
+        searcher = Searcher(http, kb_id, args.top_k)
+        probe = Mode("probe", "hybrid", rerank=False)
+        settle = scale.wait_until_optimized(
+            lambda: probe_search(http, searcher.body(queries[0], probe)), args.optimize_idle_s
+        )
+        print(f"  settled: {settle}", flush=True)
+        rows = []
+        for mode in MODES:
+            if mode.rerank and not searcher.can_switch_rerank:
+                print(f"  {mode.label}: skipped (the search API has no rerank switch)", flush=True)
+                continue
+            if mode.rerank and not timed_search(http, searcher.body(queries[0], mode))[1].get("reranked"):
+                print(f"  {mode.label}: skipped (the answer was not reranked: no reranker on the server)", flush=True)
+                continue
+            one = single_client(http, searcher, mode, queries, args.queries)
+            many, wall_s = concurrent_clients(
+                stack, searcher, mode, queries, count=args.queries, clients=args.concurrency
+            )
+            row = {
+                "mode": mode.label,
+                "single": summary(one),
+                "concurrent": {
+                    "clients": args.concurrency,
+                    "queries_per_s": round(len(many.http_ms) / wall_s, 1),
+                    **summary(many),
+                },
+            }
+            print(f"  {mode.label}: {row}", flush=True)
+            rows.append(row)
+        retriever.close()
+    return {"points": points, "kb_id": kb_id, "write_s": round(write_s, 1), "optimize_wait": settle, "modes": rows}
+
+
+def markdown(result: dict[str, Any]) -> str:
+    def q3(values: dict[str, float]) -> str:
+        return " / ".join(str(values[p]) for p in ("p50", "p95", "p99")) if values else "–"
+
+    lines = [
+        f"Corpus: {result['corpus']}. Queries: {result['queries_per_mode']} SciFact queries per mode after "
+        f"{WARM_UP} warm-up, top_k {result['top_k']}. Cells: p50 / p95 / p99 ms.",
+        "",
+        "| chunks | mode | HTTP | server took | " + " | ".join(STAGES) + " |",
+        "|---|---|---|---|" + "---|" * len(STAGES),
+    ]
+    for run in result["scales"]:
+        for row in run["modes"]:
+            single = row["single"]
+            stages = [q3(single["stages_ms"].get(stage, {})) for stage in STAGES]
+            lines.append(
+                f"| {run['points']:,} | {row['mode']} | {q3(single['http_ms'])} | {q3(single['took_ms'])} | "
+                + " | ".join(stages)
+                + " |"
+            )
+    lines += ["", "| chunks | mode | clients | queries/s | HTTP p50 | HTTP p95 |", "|---|---|---|---|---|---|"]
+    for run in result["scales"]:
+        for row in run["modes"]:
+            many = row["concurrent"]
+            lines.append(
+                f"| {run['points']:,} | {row['mode']} | {many['clients']} | {many['queries_per_s']} | "
+                f"{many['http_ms']['p50']} | {many['http_ms']['p95']} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict[str, Any]) -> str:
+    try:
+        import matplotlib  # type: ignore[import-not-found,unused-ignore]
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return "no plot: matplotlib is not installed"
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    points = [run["points"] for run in result["scales"]]
+    for label in dict.fromkeys(row["mode"] for run in result["scales"] for row in run["modes"]):
+        for p, style in (("p50", "-o"), ("p95", "--o")):
+            values = [_http(run, label, p) for run in result["scales"]]
+            axis.plot(points, values, style, label=f"{label} {p}")
+    axis.set(xscale="log", xlabel="chunks in the KB", ylabel="HTTP latency, ms", title="POST /v1/search, 1 client")
+    axis.legend(fontsize="small")
+    path = RESULTS / "query-latency.png"
+    figure.savefig(path, dpi=120, bbox_inches="tight")
+    return f"plot {path}"
+
+
+def _http(run: dict[str, Any], label: str, p: str) -> float | None:
+    row = next((row for row in run["modes"] if row["mode"] == label), None)
+    return row["single"]["http_ms"][p] if row else None
+
+
+@contextmanager
+def stack_for(args: argparse.Namespace) -> Iterator[Stack]:
+    if not args.url:
+        print("starting a private stack (deploy/launcher.py on free ports)", flush=True)
+        with local_stack() as stack:
+            yield stack
+        return
+    key, token = os.environ.get("RAGKB_API_KEY"), os.environ.get("RAGKB_SERVICE_TOKEN")
+    if not key or not token:
+        raise SystemExit("with --url set RAGKB_API_KEY (an admin key) and RAGKB_SERVICE_TOKEN (the service token)")
+    yield Stack(api_url=args.url, retriever_url=args.retriever_url, service_token=token, admin_key=key)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--url", default="http://127.0.0.1:8000")
-    parser.add_argument("--corpus", default="scifact")
-    parser.add_argument("--split", default="train")
-    parser.add_argument("--kb-name", default=None, help="default: the KB ingest.py made for the whole corpus")
-    parser.add_argument("--top-k", type=int, default=30)
+    parser.add_argument("--scales", type=int, nargs="+", default=[10_000, 100_000])
+    parser.add_argument("--large", action="store_true", help=f"allow scales over {LARGEST_DEFAULT_SCALE:,} (1M)")
+    parser.add_argument("--base", type=int, default=2000, help="real passages the corpus is scaled up from")
+    parser.add_argument("--queries", type=int, default=300, help="measured requests per mode, after the warm-up")
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--top-k", type=int, default=10)
+    parser.add_argument("--optimize-idle-s", type=float, default=10.0, help="the retriever's optimize_idle_s")
+    parser.add_argument("--url", default=None, help="a running stack's API (default: start a private one)")
+    parser.add_argument("--retriever-url", default="http://127.0.0.1:8001")
     args = parser.parse_args()
+    if max(args.scales) > LARGEST_DEFAULT_SCALE and not args.large:
+        raise SystemExit(f"scales over {LARGEST_DEFAULT_SCALE:,} take long and much memory: add --large")
 
-    http = client(args.url)
-    corpus_size = sum(1 for _ in read_jsonl(DATA / args.corpus / "corpus.jsonl"))
-    kb = find_kb(http, args.kb_name or f"bench-{args.corpus}-{corpus_size}")
-    if kb is None:
-        raise SystemExit("no benchmark KB: run bench/ingest.py first")
-    qrels = read_qrels(DATA / args.corpus / "qrels" / f"{args.split}.tsv")
-    queries = [q for q in read_jsonl(DATA / args.corpus / "queries.jsonl") if q["_id"] in qrels]
-
-    latencies: list[float] = []
-    server_ms: list[float] = []
-    scores: list[float] = []
-    for query in queries:
-        started = time.perf_counter()
-        response = http.post(
-            "/v1/search", json={"query": query["text"], "knowledge_base_ids": [kb["id"]], "top_k": args.top_k}
-        )
-        latencies.append((time.perf_counter() - started) * 1000)
-        response.raise_for_status()
-        body = response.json()
-        server_ms.append(body["took_ms"])
-        scores.append(ndcg_at_k(ranked_documents(body["results"]), qrels[query["_id"]]))
-
-    result = {
-        "corpus": args.corpus,
-        "split": args.split,
-        "queries": len(queries),
-        "mode": "hybrid",
-        "top_k": args.top_k,
-        "http_ms": {"p50": round(percentile(latencies, 50), 1), "p95": round(percentile(latencies, 95), 1)},
-        "retriever_ms": {"p50": round(percentile(server_ms, 50), 1), "p95": round(percentile(server_ms, 95), 1)},
-        "ndcg_at_10": round(statistics.fmean(scores), 4),
-    }
-    path = save_result(f"query-{args.corpus}", result)
-    print(
-        f"| corpus | queries | p50 ms | p95 ms | retriever p50 ms | nDCG@10 |\n|---|---|---|---|---|---|\n"
-        f"| {args.corpus} ({args.split}) | {len(queries)} | {result['http_ms']['p50']} | {result['http_ms']['p95']} | "
-        f"{result['retriever_ms']['p50']} | {result['ndcg_at_10']} |\nsaved {path}"
+    base = scale.load_base(args.base)
+    corpus = (
+        f"SciFact scaled up: {args.base:,} real passages (title + up to 3 sentences, real e5 embeddings) repeated "
+        f"with perturbation (1-3 words dropped, 1-2 swapped; dense + N(0, {scale.NOISE_SIGMA}²) renormalised; "
+        "sparse = real BM25 of the perturbed text), documents of 10 chunks, written through the retriever's "
+        "internal API"
     )
+    with stack_for(args) as stack:
+        scales = [measure_scale(stack, points, base, args) for points in sorted(args.scales)]
+    result = {"corpus": corpus, "queries_per_mode": args.queries, "top_k": args.top_k, "scales": scales}
+    path = save_result("query-latency", result)
+    table = markdown(result)
+    (RESULTS / "query-latency.md").write_text(table)
+    print(f"{table}\nsaved {path}\n{plot(result)}")
 
 
 if __name__ == "__main__":

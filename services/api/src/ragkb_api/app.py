@@ -21,6 +21,7 @@ from ragkb_api.routes.dify import DifyController
 from ragkb_api.routes.documents import DocumentController
 from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
 from ragkb_api.routes.mcp import McpController
+from ragkb_api.routes.pages import PageController
 from ragkb_api.routes.search import SearchController
 from ragkb_api.routes.tools import ContextController, ToolController
 from ragkb_api.searching import SearchService
@@ -98,6 +99,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             ContextController,
             McpController,
             DifyController,
+            PageController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
         guards=[AccessGuard(services.api_keys, buckets)],

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ragkb_analyzer import Bm25Encoder, term_id
 from ragkb_core.contracts import (
@@ -133,7 +133,7 @@ class SearchService:
         return SearchResult(
             results=assembled.results,
             took_ms=round((time.perf_counter() - started) * 1000, 2),
-            mode=_overall_mode(parts, query),
+            mode=_overall_mode(parts),
             reranked=outcome.scores is not None and any(part.reranks for part in parts),
             degraded=outcome.degraded_reason is not None,
             degraded_reason=outcome.degraded_reason,
@@ -261,11 +261,9 @@ def _doc_types_in_scope(scope: ScopeFilter) -> list[DocType]:
     return [doc_type for doc_type in DOC_TYPES if scope.doc_types is None or doc_type in scope.doc_types]
 
 
-def _overall_mode(parts: Sequence[KbPart], query: SearchQuery) -> SearchMode | Any:
+def _overall_mode(parts: Sequence[KbPart]) -> SearchMode | Literal["mixed"]:
     modes = {part.mode for part in parts}
-    if len(modes) == 1:
-        return modes.pop()
-    return query.mode or "mixed"
+    return modes.pop() if len(modes) == 1 else "mixed"
 
 
 def _rerank_text(hit: SearchHit) -> str:
