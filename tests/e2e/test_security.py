@@ -144,7 +144,14 @@ def _bodies(world: World, b_doc: str) -> dict[tuple[str, str], Any]:
 
 def _generic_body(world: World, b_doc: str) -> dict[str, Any]:
     # An operation added later gets B's ids under every name an id might go by.
-    return {"knowledge_base_ids": [world.kb_b], "kb_id": world.kb_b, "document_ids": [b_doc], "query": "lunch"}
+    return {
+        "knowledge_base_ids": [world.kb_b],
+        "knowledge_base_id": world.kb_b,
+        "kb_id": world.kb_b,
+        "document_ids": [b_doc],
+        "query": "lunch",
+        "text": "lunch",
+    }
 
 
 def _operations(ragkb: RunningRagkb) -> list[tuple[str, str]]:

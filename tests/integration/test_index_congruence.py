@@ -226,9 +226,7 @@ def assert_congruent(edge: LegResults, server: LegResults) -> None:
 # -- oracles --------------------------------------------------------------------------------------
 
 
-def rrf_oracle(
-    legs: Sequence[Sequence[IndexHit]], k: int, weights: Sequence[float] = (1.0, 1.0)
-) -> dict[str, float]:
+def rrf_oracle(legs: Sequence[Sequence[IndexHit]], k: int, weights: Sequence[float] = (1.0, 1.0)) -> dict[str, float]:
     """Qdrant's RRF as documented in port.py: sum over legs of 1 / ((rank + 1) / w + k - 1), rank counted
     from 0 — with w = 1, 1 / (k + rank)."""
     scores: dict[str, float] = {}

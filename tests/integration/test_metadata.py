@@ -11,8 +11,9 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to, migrate_to_head, transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, KnowledgeBase, utcnow
+from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.ids import new_id
+from ragkb_core.jobs import refresh_job
 from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.settings import DatabaseSettings
 from ragkb_worker.documents import DocumentLedger
@@ -27,6 +28,7 @@ def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
     factory = build_session_factory(engine)
     yield factory
     with transaction(factory) as session:  # PostgreSQL's database is shared by the session's tests
+        session.execute(delete(JobItem))
         session.execute(delete(Job))
         session.execute(delete(Document))
         session.execute(delete(KnowledgeBase))
@@ -206,3 +208,79 @@ def test_upgrading_an_old_schema_keeps_every_document(database_url: str) -> None
         connection.execute(text("DELETE FROM documents WHERE kb_id = 'kb1'"))
         connection.execute(text("DELETE FROM knowledge_bases WHERE id = 'kb1'"))
     engine.dispose()
+
+
+def test_upgrading_to_0006_gives_existing_kbs_the_default_sync_rules(database_url: str) -> None:
+    engine = build_engine(DatabaseSettings(url=database_url))
+    migrate_to(engine, "0005")
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO knowledge_bases (id, name, description, embedding_model, analyzer_version, chunking,"
+                " retrieval, analyzer, created_at, updated_at)"
+                " VALUES ('kb6', 'old6', '', 'm', 'a', '{}', '{}', '{}', '2026-01-01', '2026-01-01')"
+            )
+        )
+        connection.execute(
+            text(
+                "INSERT INTO documents (id, kb_id, source_id, title, media_type, size_bytes, blob_sha256, labels,"
+                " metadata, doc_type, status, version, chunk_count, attempts, stage_timings, ingest_report,"
+                " created_at, updated_at) VALUES ('d6', 'kb6', 's', 't', 'text/plain', 1, 'x', '[]', '{}',"
+                " 'knowledge', 'done', 1, 3, 1, '{}', '{}', '2026-01-01', '2026-01-01')"
+            )
+        )
+    migrate_to_head(engine)
+    assert "job_items" in inspect(engine).get_table_names()
+    with engine.connect() as connection:
+        assert connection.execute(text("SELECT count(*) FROM documents WHERE kb_id = 'kb6'")).scalar() == 1
+        assert connection.execute(text("SELECT sync FROM knowledge_bases WHERE id = 'kb6'")).scalar() in ("{}", {})
+    with engine.begin() as connection:  # PostgreSQL's database is shared by the session's tests
+        connection.execute(text("DELETE FROM documents WHERE kb_id = 'kb6'"))
+        connection.execute(text("DELETE FROM knowledge_bases WHERE id = 'kb6'"))
+    engine.dispose()
+
+
+def add_sync_job(sessions: sessionmaker[Session], kb_id: str, source_id: str = "a.md") -> str:
+    job_id = new_id()
+    with transaction(sessions) as session:
+        session.add(Job(id=job_id, kind="sync", kb_id=kb_id, status=JobStatus.RUNNING, counts={}, errors=[]))
+        session.flush()
+        session.add(JobItem(job_id=job_id, kb_id=kb_id, source_id=source_id, action="upload", sha256="0" * 64))
+    return job_id
+
+
+def job_state(sessions: sessionmaker[Session], job_id: str) -> tuple[str, list[tuple[str, str | None]]]:
+    with sessions() as session:
+        items = session.scalars(select(JobItem).where(JobItem.job_id == job_id)).all()
+        return session.get_one(Job, job_id).status, [(item.status, item.message) for item in items]
+
+
+def test_a_sync_job_finishes_when_the_worker_indexes_its_last_document(sessions: sessionmaker[Session]) -> None:
+    kb_id = add_kb(sessions)
+    job_id = add_sync_job(sessions, kb_id)
+    ledger = DocumentLedger(sessions, lease_s=60)
+    claim = ledger.claim(add_document(sessions, kb_id))
+    assert claim is not None and job_state(sessions, job_id)[0] == "running"
+    assert ledger.finish(claim, 1, {}, {})
+    assert job_state(sessions, job_id) == ("succeeded", [("done", None)])
+
+
+def test_a_sync_job_records_the_reason_a_document_failed(sessions: sessionmaker[Session]) -> None:
+    kb_id = add_kb(sessions)
+    job_id = add_sync_job(sessions, kb_id)
+    ledger = DocumentLedger(sessions, lease_s=60)
+    claim = ledger.claim(add_document(sessions, kb_id))
+    assert claim is not None
+    ledger.fail(claim, "the text cannot be decoded")
+    assert job_state(sessions, job_id) == ("failed", [("failed", "the text cannot be decoded")])
+
+
+def test_an_upload_that_never_arrives_fails_at_the_deadline(sessions: sessionmaker[Session]) -> None:
+    job_id = add_sync_job(sessions, add_kb(sessions), "never.md")
+    with transaction(sessions) as session:
+        refresh_job(session, session.get_one(Job, job_id), upload_wait_s=60)
+    assert job_state(sessions, job_id)[0] == "running"
+    with transaction(sessions) as session:
+        refresh_job(session, session.get_one(Job, job_id), upload_wait_s=60, now=utcnow() + timedelta(seconds=61))
+    status, [(item_status, message)] = job_state(sessions, job_id)
+    assert (status, item_status) == ("failed", "failed") and message is not None and "never uploaded" in message

@@ -9,6 +9,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
+from ragkb_core.formats import EXTENSION_MEDIA_TYPES
+
 # What a document is: knowledge (answers) or reference (long authoritative originals, e.g. regulations).
 DocType = Literal["knowledge", "reference"]
 MAX_NOISE_PATTERNS = 50
@@ -46,6 +48,64 @@ class KbChunking(BaseModel):
 
     def compiled_noise_patterns(self) -> list[re.Pattern[str]]:
         return [re.compile(pattern) for pattern in self.noise_patterns]
+
+
+# -- sync ----------------------------------------------------------------------------------------------
+
+MAX_SYNC_PATTERNS = 100
+MAX_INCLUDE_PREFIXES = 100
+MAX_PREFIX_CHARS = 1024
+# Matched with a search anywhere in the source_id (a path with `/` separators): hidden files and folders,
+# editor and OS leftovers, dependency and cache folders.
+DEFAULT_EXCLUDE_PATTERNS: tuple[str, ...] = (
+    r"(^|/)\.",
+    r"~$",
+    r"\.tmp$",
+    r"(^|/)Thumbs\.db$",
+    r"(^|/)node_modules/",
+    r"(^|/)__pycache__/",
+)
+# Every extension the service can parse (ragkb_core.formats is the one list).
+ELIGIBLE_EXTENSIONS: tuple[str, ...] = tuple(sorted(EXTENSION_MEDIA_TYPES))
+
+
+class KbSync(BaseModel):
+    """Which files of a synced folder belong in the KB. A manifest entry is kept when its source_id starts
+    with one of `include_prefixes` (none: every path), matches none of `exclude_patterns` (regular
+    expressions searched anywhere in the source_id) and ends with one of `extensions`."""
+
+    include_prefixes: list[Annotated[str, Field(min_length=1, max_length=MAX_PREFIX_CHARS)]] = Field(
+        default_factory=list, max_length=MAX_INCLUDE_PREFIXES
+    )
+    exclude_patterns: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_EXCLUDE_PATTERNS), max_length=MAX_SYNC_PATTERNS
+    )
+    extensions: list[str] = Field(default_factory=lambda: list(ELIGIBLE_EXTENSIONS), max_length=200)
+
+    @field_validator("exclude_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: list[str]) -> list[str]:
+        for pattern in patterns:
+            _check_pattern(pattern, "an exclude pattern")
+        return patterns
+
+    @field_validator("extensions")
+    @classmethod
+    def _extensions_are_parseable(cls, extensions: list[str]) -> list[str]:
+        normalised = [ext.lower() if ext.startswith(".") else f".{ext.lower()}" for ext in extensions]
+        unknown = sorted(set(normalised) - set(EXTENSION_MEDIA_TYPES))
+        if unknown:
+            raise ValueError(f"ragkb cannot parse these extensions: {', '.join(unknown)}")
+        return list(dict.fromkeys(normalised))
+
+
+def _check_pattern(pattern: str, what: str) -> None:
+    if not pattern or len(pattern) > MAX_PATTERN_CHARS:
+        raise ValueError(f"{what} must have 1 to {MAX_PATTERN_CHARS} characters")
+    try:
+        re.compile(pattern)
+    except (re.error, RecursionError, OverflowError) as exc:
+        raise ValueError(f"invalid regular expression {pattern!r}: {exc}") from exc
 
 
 # -- retrieval -----------------------------------------------------------------------------------------

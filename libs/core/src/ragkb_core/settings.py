@@ -93,6 +93,15 @@ class LimitSettings(BaseModel):
     max_chunks: int = Field(default=20_000, ge=1, description="Most chunks one document may be cut into.")
 
 
+class JobSettings(BaseModel):
+    upload_wait_s: float = Field(
+        default=3600.0,
+        gt=0,
+        description="How long a sync job waits for the uploads its plan asked for (and for their processing) "
+        "before it fails the items still open: a job never stays running for ever.",
+    )
+
+
 class HttpServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8000

@@ -14,11 +14,13 @@ from sqlalchemy import Engine
 
 from ragkb_api.dify import DifyService
 from ragkb_api.guards import AccessGuard, provide_caller
+from ragkb_api.jobs import JobService
 from ragkb_api.mcp import McpServer
 from ragkb_api.rate_limit import TokenBuckets
 from ragkb_api.routes.api_keys import ApiKeyController
 from ragkb_api.routes.dify import DifyController
 from ragkb_api.routes.documents import DocumentController
+from ragkb_api.routes.jobs import JobController, KnowledgeBaseJobController
 from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
 from ragkb_api.routes.mcp import McpController
 from ragkb_api.routes.pages import PageController
@@ -45,6 +47,7 @@ class ApiServices:
     retriever: RetrieverClient
     knowledge_bases: KnowledgeBaseService
     documents: DocumentService
+    jobs: JobService
     search: SearchService
     api_keys: ApiKeyService
     tools: ToolService
@@ -63,12 +66,14 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
     search = SearchService(sessions, retriever, settings.limits)
     api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None)
     tools = ToolService(sessions, blobs, retriever, search)
+    documents = DocumentService(sessions, blobs, queue, retriever, settings.limits)
     return ApiServices(
         engine=engine,
         queue=queue,
         retriever=retriever,
         knowledge_bases=KnowledgeBaseService(sessions, retriever, blobs),
-        documents=DocumentService(sessions, blobs, queue, retriever, settings.limits),
+        documents=documents,
+        jobs=JobService(sessions, documents, queue, settings.jobs),
         search=search,
         api_keys=api_keys,
         tools=tools,
@@ -93,6 +98,8 @@ def create_app(settings: ApiSettings) -> Litestar:
             health_router(checks),
             KnowledgeBaseController,
             DocumentController,
+            KnowledgeBaseJobController,
+            JobController,
             SearchController,
             ApiKeyController,
             ToolController,
@@ -106,6 +113,7 @@ def create_app(settings: ApiSettings) -> Litestar:
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
+            "job_service": Provide(lambda: services.jobs, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
             "key_service": Provide(lambda: services.api_keys, sync_to_thread=False),
             "tool_service": Provide(lambda: services.tools, sync_to_thread=False),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
@@ -9,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, Field, StringConstraints, field_
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
 from ragkb_core.contracts import DocType, MetadataValue, SearchHit, SearchMode, SearchResult
-from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, RetrievalOverrides
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync, RetrievalOverrides
 
 MAX_LABELS = 50
 MAX_LABEL_CHARS = 100
@@ -38,6 +39,8 @@ class KnowledgeBaseCreate(BaseModel):
     retrieval: KbRetrieval = Field(default_factory=KbRetrieval)
     # Fixed for the KB's life: changing how text becomes terms needs a re-index.
     analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
+    # Which files of a synced folder belong in the KB (include prefixes, exclude patterns, extensions).
+    sync: KbSync = Field(default_factory=KbSync)
 
     @field_validator("name")
     @classmethod
@@ -62,6 +65,8 @@ class KnowledgeBaseUpdate(BaseModel):
     chunking: KbChunking | None = None
     retrieval: RetrievalPatch | None = None
     analyzer: KbAnalyzer | None = None
+    # Replaces the sync rules whole (fields left out take their defaults); applies from the next sync.
+    sync: KbSync | None = None
 
 
 class KnowledgeBaseOut(BaseModel):
@@ -73,6 +78,7 @@ class KnowledgeBaseOut(BaseModel):
     chunking: KbChunking
     retrieval: KbRetrieval
     analyzer: KbAnalyzer
+    sync: KbSync
     document_counts: dict[str, int]
     created_at: UtcDateTime
     updated_at: UtcDateTime
@@ -447,3 +453,98 @@ class ContextResponse(BaseModel):
     estimated_tokens: int
     # Passages the search found that did not fit the budget.
     omitted: int
+
+
+# -- sync and jobs -------------------------------------------------------------------------------------
+
+MAX_MANIFEST_FILES = 100_000
+Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{64}$", to_lower=True)]
+
+
+class ManifestFile(BaseModel):
+    """One file of the client's folder: its path (the document's source_id) and content checksum."""
+
+    source_id: str = Field(min_length=1, max_length=1024)
+    sha256: Sha256Hex
+    size: int = Field(ge=0)
+    mtime: float
+
+
+class SyncRequest(BaseModel):
+    files: list[ManifestFile] = Field(max_length=MAX_MANIFEST_FILES)
+    # Only answer the plan: no job, nothing deleted.
+    dry_run: bool = False
+
+    @field_validator("files")
+    @classmethod
+    def _source_ids_are_unique(cls, files: list[ManifestFile]) -> list[ManifestFile]:
+        counts = Counter(file.source_id for file in files)
+        repeated = sorted(source_id for source_id, n in counts.items() if n > 1)
+        if repeated:
+            raise ValueError(f"source_ids appear more than once: {', '.join(repeated[:10])}")
+        return files
+
+
+class SyncUpload(BaseModel):
+    source_id: str
+    # new: no such document; changed: other content; retry: same content, but its last ingest failed.
+    reason: Literal["new", "changed", "retry"]
+
+
+class SyncDelete(BaseModel):
+    source_id: str
+    document_id: str
+
+
+class SyncExcluded(BaseModel):
+    source_id: str
+    reason: str
+
+
+class SyncCounts(BaseModel):
+    upload: int
+    unchanged: int
+    delete: int
+    excluded: int
+
+
+class SyncPlanOut(BaseModel):
+    """What the client uploads (each with POST .../documents), what is unchanged, which orphans the server
+    deleted (or would delete, on a dry run), and which files the KB's sync rules leave out."""
+
+    job_id: str | None
+    upload: list[SyncUpload]
+    unchanged: list[str]
+    delete: list[SyncDelete]
+    excluded: list[SyncExcluded]
+    counts: SyncCounts
+
+
+class JobProgress(BaseModel):
+    current: int
+    total: int
+
+
+class JobCounts(BaseModel):
+    uploaded: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: int = 0
+
+
+class JobError(BaseModel):
+    source_id: str | None
+    message: str
+
+
+class JobOut(BaseModel):
+    id: str
+    kind: str
+    knowledge_base_id: str | None
+    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    progress: JobProgress
+    counts: JobCounts
+    errors: list[JobError]
+    created_at: UtcDateTime
+    started_at: UtcDateTime | None
+    finished_at: UtcDateTime | None

@@ -38,13 +38,14 @@ from ragkb_api.schemas import (
     KnowledgeBaseUpdate,
     RetrievalPatch,
 )
+from ragkb_api.sync import compile_exclude
 from ragkb_core.blobs import BlobStore
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import ApiKey, Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, Unauthorized
 from ragkb_core.formats import PLAIN_TEXT, detect_media_type
 from ragkb_core.ids import new_id
-from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
 from ragkb_core.queue import enqueue_ingest
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
@@ -69,6 +70,7 @@ class KnowledgeBaseService:
         self._blobs = blobs
 
     def create(self, data: KnowledgeBaseCreate) -> KnowledgeBaseOut:
+        _check_sync_patterns(data.sync)
         kb_id = new_id()
         try:
             with transaction(self._sessions) as session:
@@ -86,6 +88,7 @@ class KnowledgeBaseService:
                         retrieval=data.retrieval.model_dump(exclude_defaults=True),
                         # In full: the analyzer's defaults may change, the terms this KB was built with may not.
                         analyzer=data.analyzer.model_dump(),
+                        sync=data.sync.model_dump(exclude_defaults=True),
                     )
                 )
         except IntegrityError as exc:
@@ -109,9 +112,11 @@ class KnowledgeBaseService:
             return _kb_out(kb, _status_counts(session, [kb_id]).get(kb_id, {}))
 
     def update(self, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBaseOut:
-        changes = data.model_dump(exclude_none=True, exclude={"retrieval", "analyzer"})
-        if not changes and data.retrieval is None and data.analyzer is None:
-            raise InvalidInput("nothing to change: give name, description, chunking or retrieval")
+        changes = data.model_dump(exclude_none=True, exclude={"retrieval", "analyzer", "sync"})
+        if not changes and data.retrieval is None and data.analyzer is None and data.sync is None:
+            raise InvalidInput("nothing to change: give name, description, chunking, retrieval or sync")
+        if data.sync is not None:
+            _check_sync_patterns(data.sync)
         try:
             with transaction(self._sessions) as session:
                 kb = _load_kb(session, kb_id)
@@ -122,6 +127,8 @@ class KnowledgeBaseService:
                     setattr(kb, field, value)
                 if data.retrieval is not None:
                     kb.retrieval = _patched_retrieval(kb.retrieval, data.retrieval)
+                if data.sync is not None:
+                    kb.sync = data.sync.model_dump(exclude_defaults=True)
         except IntegrityError as exc:
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
@@ -402,6 +409,13 @@ def _refuse_analyzer_change(kb: KnowledgeBase, requested: KbAnalyzer | None) -> 
         )
 
 
+def _check_sync_patterns(sync: KbSync) -> None:
+    """The exclude patterns compile as the sync matcher runs them (the `regex` module), not only as `re` does:
+    a pattern that cannot run is refused now (422), never skipped at sync time."""
+    for pattern in sync.exclude_patterns:
+        compile_exclude(pattern)
+
+
 def _patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[str, Any]:
     """The stored settings with the patch's fields applied (null: back to the default), validated whole."""
     merged = KbRetrieval.model_validate(stored).model_dump() | patch.model_dump(exclude_unset=True)
@@ -572,6 +586,7 @@ def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
         chunking=KbChunking.model_validate(kb.chunking),
         retrieval=KbRetrieval.model_validate(kb.retrieval),
         analyzer=KbAnalyzer.model_validate(kb.analyzer),
+        sync=KbSync.model_validate(kb.sync),
         document_counts=all_counts,
         created_at=kb.created_at,
         updated_at=kb.updated_at,

@@ -11,6 +11,7 @@ from ragkb_core.settings import (
     BlobSettings,
     DatabaseSettings,
     HttpServerSettings,
+    JobSettings,
     LimitSettings,
     RedisSettings,
     RetrieverClientSettings,
@@ -28,5 +29,6 @@ class ApiSettings(BaseSettings):
     retriever: RetrieverClientSettings = Field(default_factory=RetrieverClientSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
+    jobs: JobSettings = Field(default_factory=JobSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)

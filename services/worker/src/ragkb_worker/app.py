@@ -51,7 +51,7 @@ def create_worker_app(settings: WorkerSettings) -> Celery:
 def build_sweeper(settings: WorkerSettings, app: Celery) -> Sweeper:
     # The sweeper only asks the queue's length: a hung Redis must fail that tick, not block it forever.
     redis = Redis.from_url(settings.redis.url, socket_timeout=5, socket_connect_timeout=5)
-    return Sweeper(build_ledger(settings), app, redis, settings.tasks)
+    return Sweeper(build_ledger(settings), app, redis, settings.tasks, settings.jobs.upload_wait_s)
 
 
 def start_health(settings: WorkerSettings) -> None:

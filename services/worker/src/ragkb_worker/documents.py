@@ -12,6 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
+from ragkb_core.jobs import refresh_overdue_jobs, settle_items_of_document
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 
 
@@ -104,6 +105,8 @@ class DocumentLedger:
             ).rowcount  # type: ignore[attr-defined]
             if finished:
                 _mark_job(session, claim.document_id, JobStatus.SUCCEEDED)
+                # A sync or retry job waiting for this document advances now, watched or not.
+                settle_items_of_document(session, claim.kb_id, claim.source_id)
         return bool(finished)
 
     def text_sha256_of(self, document_id: str) -> str | None:
@@ -128,6 +131,7 @@ class DocumentLedger:
                 .values(status=DocumentStatus.FAILED, error=reason, lease_until=None)
             )
             _mark_job(session, claim.document_id, JobStatus.FAILED, error=reason)
+            settle_items_of_document(session, claim.kb_id, claim.source_id)
 
     def release_for_retry(self, claim: Claim, reason: str) -> None:
         """Hand the document back to the queue after a transient error (the retry re-claims it)."""
@@ -155,6 +159,11 @@ class DocumentLedger:
                     .values(status=DocumentStatus.PENDING, lease_until=None, updated_at=now)
                 )
             return ids
+
+    def finish_overdue_jobs(self, upload_wait_s: float) -> list[str]:
+        """Jobs past their deadline fail the items still open and finish (nobody may be watching them)."""
+        with transaction(self._sessions) as session:
+            return refresh_overdue_jobs(session, upload_wait_s)
 
     def pending_older_than(self, age: timedelta) -> list[str]:
         """Pending documents untouched for `age`: their queue message may have been lost."""

@@ -11,6 +11,7 @@ from ragkb_core.settings import (
     DatabaseSettings,
     EmbeddingSettings,
     HttpServerSettings,
+    JobSettings,
     LimitSettings,
     RedisSettings,
     RetrieverClientSettings,
@@ -43,4 +44,5 @@ class WorkerSettings(BaseSettings):
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
+    jobs: JobSettings = Field(default_factory=JobSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)

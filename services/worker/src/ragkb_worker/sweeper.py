@@ -17,8 +17,11 @@ _log = logging.getLogger("ragkb.worker.sweeper")
 
 
 class Sweeper:
-    def __init__(self, ledger: DocumentLedger, queue: Celery, redis: Redis, settings: TaskSettings) -> None:
+    def __init__(
+        self, ledger: DocumentLedger, queue: Celery, redis: Redis, settings: TaskSettings, upload_wait_s: float
+    ) -> None:
         self._ledger = ledger
+        self._upload_wait_s = upload_wait_s
         self._queue = queue
         self._redis = redis
         self._settings = settings
@@ -34,6 +37,9 @@ class Sweeper:
             enqueue_ingest(self._queue, document_id)
         if requeued:
             _log.info("re-queued %d documents: %s", len(requeued), ", ".join(requeued[:10]))
+        finished = self._ledger.finish_overdue_jobs(self._upload_wait_s)
+        if finished:
+            _log.info("finished %d jobs past their deadline: %s", len(finished), ", ".join(finished[:10]))
         return requeued
 
     def start(self) -> threading.Thread:

@@ -26,6 +26,14 @@ class JobStatus(StrEnum):
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobItemStatus(StrEnum):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
 
 
 class Base(DeclarativeBase):
@@ -45,6 +53,8 @@ class KnowledgeBase(Base):
     # ragkb_core.kb_settings.KbRetrieval and KbAnalyzer as JSON ({} means the defaults).
     retrieval: Mapped[dict[str, Any]] = mapped_column(default=dict)
     analyzer: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # ragkb_core.kb_settings.KbSync as JSON ({} means the defaults).
+    sync: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
@@ -93,6 +103,9 @@ class Document(Base):
 
 
 class Job(Base):
+    """A long operation. `ingest` jobs record one document's run; `sync` and `retry` jobs have items
+    (JobItem), one per document they wait for, and their progress and counts are those items'."""
+
     __tablename__ = "jobs"
     __table_args__ = (Index("ix_jobs_kb", "kb_id"),)
 
@@ -108,6 +121,30 @@ class Job(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class JobItem(Base):
+    """One document a job waits for. An `upload` or `retry` item settles from its document's state: done when
+    the document (a version newer than `base_version`, with content `sha256`) is indexed, failed when its
+    ingest failed; a `delete` item is settled by the call that deletes."""
+
+    __tablename__ = "job_items"
+    __table_args__ = (
+        Index("ix_job_items_job", "job_id"),
+        Index("ix_job_items_open", "kb_id", "source_id", "status"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(32), ForeignKey("jobs.id", ondelete="CASCADE"))
+    kb_id: Mapped[str] = mapped_column(String(32))
+    source_id: Mapped[str] = mapped_column(String(1024))
+    action: Mapped[str] = mapped_column(String(20))
+    sha256: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # The document's version when the job was made (None: no document yet); only a newer one settles it.
+    base_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    status: Mapped[str] = mapped_column(String(20), default=JobItemStatus.PENDING)
+    message: Mapped[str | None] = mapped_column(Text, nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
 
 class ApiKey(Base):

@@ -1,0 +1,171 @@
+"""`ragkb`: knowledge bases, folder sync and search against a ragkb server's public API.
+
+Exit codes: 0 success, 1 an operation had failures (a file that did not sync), 2 usage or API errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TextIO
+
+import httpx
+
+from ragkb_cli import __version__
+from ragkb_cli.api import ApiClient, ApiError
+from ragkb_cli.files import ledger_path
+from ragkb_cli.output import excluded_lines, failure_lines, kb_table, plan_lines, search_lines, summary_line
+from ragkb_cli.progress import terminal_progress
+from ragkb_cli.sync import SyncOptions, SyncRun
+
+DEFAULT_URL = "http://127.0.0.1:8000"
+# Where `make run` writes the admin key it generated, relative to the repository it runs in.
+ADMIN_KEY_FILE = Path("var/admin.key")
+EXIT_OK, EXIT_FAILURES, EXIT_ERROR = 0, 1, 2
+SEARCH_MODES = ("hybrid", "semantic", "keyword")
+
+
+def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    api = ApiClient(args.url, resolve_key(args.key), transport=transport)
+    try:
+        command: Callable[[ApiClient, argparse.Namespace], int] = args.command
+        return command(api, args)
+    except ApiError as exc:
+        print(f"error: {exc.title}: {exc.detail}", file=sys.stderr)
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        api.close()
+
+
+def resolve_key(explicit: str | None) -> str | None:
+    """--key, else RAGKB_API_KEY, else ./var/admin.key (what `make run` generates), else none."""
+    key = explicit or os.environ.get("RAGKB_API_KEY")
+    if key:
+        return key
+    try:
+        return ADMIN_KEY_FILE.read_text(encoding="utf-8").strip() or None
+    except OSError:
+        return None
+
+
+# -- commands -----------------------------------------------------------------------------------------------
+
+
+def kb_create(api: ApiClient, args: argparse.Namespace) -> int:
+    print(api.create_kb(args.name)["id"])
+    return EXIT_OK
+
+
+def kb_list(api: ApiClient, args: argparse.Namespace) -> int:
+    kbs = api.list_kbs()
+    _print_lines([json.dumps(kbs, ensure_ascii=False, indent=2)] if args.json else kb_table(kbs))
+    return EXIT_OK
+
+
+def search(api: ApiClient, args: argparse.Namespace) -> int:
+    kb_ids = [str(api.resolve_kb(name)["id"]) for name in args.kb]
+    answer = api.search(args.query, kb_ids, args.mode, args.top_k)
+    _print_lines([json.dumps(answer, ensure_ascii=False, indent=2)] if args.json else search_lines(answer))
+    return EXIT_OK
+
+
+def sync(api: ApiClient, args: argparse.Namespace) -> int:
+    root = Path(args.dir)
+    if not root.is_dir():
+        print(f"error: not a folder: {args.dir}", file=sys.stderr)
+        return EXIT_ERROR
+    kb_id = str(api.resolve_kb(args.kb)["id"])
+    options = SyncOptions(dry_run=args.dry_run, concurrency=args.concurrency, timeout_s=args.timeout)
+    progress = terminal_progress(enabled=not args.quiet)
+    ledger = ledger_path(api.url, kb_id, root)
+    report = SyncRun(api, kb_id, root, ledger=ledger, options=options, progress=progress).run()
+    if args.dry_run:
+        _print_lines(plan_lines(report.plan))
+    else:
+        if not args.quiet:
+            _print_lines(excluded_lines(report.plan), sys.stderr)
+        print(summary_line(report))
+    _print_lines(failure_lines(report.failures), sys.stderr)
+    return EXIT_FAILURES if report.failed else EXIT_OK
+
+
+def _print_lines(lines: list[str], stream: TextIO | None = None) -> None:
+    for line in lines:
+        print(line, file=stream or sys.stdout)
+
+
+# -- arguments ---------------------------------------------------------------------------------------------
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="ragkb", description="ragkb command-line client", parents=[_connection()])
+    parser.add_argument("--version", action="version", version=f"ragkb-cli {__version__}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+    _add_kb(commands)
+    _add_sync(commands)
+    _add_search(commands)
+    return parser
+
+
+def _connection(suppress: bool = False) -> argparse.ArgumentParser:
+    """--url and --key, accepted before and after the command (after it, only when given: no default there)."""
+    parent = argparse.ArgumentParser(add_help=False)
+    url = os.environ.get("RAGKB_URL", DEFAULT_URL)
+    url_default = argparse.SUPPRESS if suppress else url
+    key_default = argparse.SUPPRESS if suppress else None
+    parent.add_argument("--url", default=url_default, help=f"server URL (env RAGKB_URL; now {url})")
+    parent.add_argument("--key", default=key_default, help="API key (env RAGKB_API_KEY; else ./var/admin.key)")
+    return parent
+
+
+def _add_kb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    kb = commands.add_parser("kb", help="create or list knowledge bases")
+    actions = kb.add_subparsers(required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="create a KB and print its id", parents=[_connection(True)])
+    create.add_argument("name")
+    create.set_defaults(command=kb_create)
+    listing = actions.add_parser("list", help="the KBs with their document counts", parents=[_connection(True)])
+    listing.add_argument("--json", action="store_true", help="print the raw JSON")
+    listing.set_defaults(command=kb_list)
+
+
+def _add_sync(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    sync_parser = commands.add_parser(
+        "sync", help="make a KB hold exactly the files of a folder", parents=[_connection(True)]
+    )
+    sync_parser.add_argument("dir", metavar="DIR")
+    sync_parser.add_argument("--kb", required=True, help="KB name or id")
+    sync_parser.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    sync_parser.add_argument("--concurrency", type=_positive_int, default=4, help="parallel uploads (default 4)")
+    sync_parser.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    sync_parser.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait for the server to finish (default 3600)"
+    )
+    sync_parser.set_defaults(command=sync)
+
+
+def _add_search(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    search_parser = commands.add_parser("search", help="search one or more KBs", parents=[_connection(True)])
+    search_parser.add_argument("query")
+    search_parser.add_argument("--kb", action="append", required=True, help="KB name or id (repeatable)")
+    search_parser.add_argument("--mode", choices=SEARCH_MODES, help="default: each KB's own")
+    search_parser.add_argument("--top-k", type=_positive_int, help="passages to return")
+    search_parser.add_argument("--json", action="store_true", help="print the raw JSON")
+    search_parser.set_defaults(command=search)
+
+
+def _positive_int(value: str) -> int:
+    number = int(value)
+    if number < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return number
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,75 @@
+"""What the CLI prints, as lines: the sync plan and summary, the KB table, search results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ragkb_cli.api import Json
+from ragkb_cli.sync import SyncReport
+
+SNIPPET_CHARS = 100
+KB_COUNT_COLUMNS = ("done", "pending", "processing", "failed")
+
+
+def summary_line(report: SyncReport) -> str:
+    return f"uploaded {report.uploaded}, unchanged {report.unchanged}, deleted {report.deleted}, failed {report.failed}"
+
+
+def failure_lines(failures: dict[str, str]) -> list[str]:
+    return [f"failed {source_id}: {message}" for source_id, message in sorted(failures.items())]
+
+
+def plan_lines(plan: Json) -> list[str]:
+    """The dry-run plan: the counts, then one line per file that would change."""
+    counts = plan.get("counts") or {}
+    head = ", ".join(f"{key} {counts.get(key, 0)}" for key in ("upload", "unchanged", "delete", "excluded"))
+    lines = [f"plan: {head}"]
+    lines += [f"upload {entry['source_id']} ({entry.get('reason', 'new')})" for entry in plan.get("upload", [])]
+    lines += [f"delete {entry['source_id']}" for entry in plan.get("delete", [])]
+    lines += [f"exclude {entry['source_id']} ({entry.get('reason', '')})" for entry in plan.get("excluded", [])]
+    return lines
+
+
+def excluded_lines(plan: Json) -> list[str]:
+    return [f"excluded {entry['source_id']}: {entry.get('reason', '')}" for entry in plan.get("excluded", [])]
+
+
+def kb_table(kbs: list[Json]) -> list[str]:
+    """id, name, total documents and the count per status, as aligned columns."""
+    header = ["ID", "NAME", "DOCS", *(column.upper() for column in KB_COUNT_COLUMNS)]
+    rows = [header]
+    for kb in kbs:
+        counts: dict[str, Any] = kb.get("document_counts") or {}
+        total = sum(int(value) for value in counts.values())
+        rows.append([str(kb["id"]), str(kb["name"]), str(total), *(str(counts.get(c, 0)) for c in KB_COUNT_COLUMNS)])
+    widths = [max(len(row[index]) for row in rows) for index in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+
+
+def search_lines(answer: Json) -> list[str]:
+    """Per result: rank, score, title (source id), page; then a one-line snippet of the passage."""
+    results: list[Json] = answer.get("results", [])
+    if not results:
+        return ["no results"]
+    lines = []
+    for rank, result in enumerate(results, start=1):
+        lines.append(f"{rank:>2}. {float(result.get('score', 0.0)):.4f}  {_citation(result)}")
+        lines.append(f"    {snippet(str(result.get('text', '')))}")
+    return lines
+
+
+def _citation(result: Json) -> str:
+    title = str(result.get("title") or result.get("source_id") or "")
+    source_id = result.get("source_id")
+    citation = f"{title} ({source_id})" if source_id and source_id != title else title
+    headings = [str(heading) for heading in result.get("heading_path") or []]
+    if headings:
+        citation += " > " + " > ".join(headings)
+    if result.get("page") is not None:
+        citation += f"  p. {result['page']}"
+    return citation
+
+
+def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
