@@ -1,4 +1,4 @@
-"""`ragkb`: knowledge bases, folder sync and search against a ragkb server's public API.
+"""`ragkb`: knowledge bases, folder sync, search and evaluation against a ragkb server's public API.
 
 Exit codes: 0 success, 1 an operation had failures (a file that did not sync), 2 usage or API errors."""
 
@@ -15,7 +15,8 @@ from typing import TextIO
 import httpx
 
 from ragkb_cli import __version__
-from ragkb_cli.api import ApiClient, ApiError
+from ragkb_cli.api import ApiClient, ApiError, Json
+from ragkb_cli.evaluate import BeirFolder, evaluation_body, metric_lines, upload_corpus
 from ragkb_cli.files import ledger_path
 from ragkb_cli.output import excluded_lines, failure_lines, kb_table, plan_lines, search_lines, summary_line
 from ragkb_cli.progress import terminal_progress
@@ -26,6 +27,8 @@ DEFAULT_URL = "http://127.0.0.1:8000"
 ADMIN_KEY_FILE = Path("var/admin.key")
 EXIT_OK, EXIT_FAILURES, EXIT_ERROR = 0, 1, 2
 SEARCH_MODES = ("hybrid", "semantic", "keyword")
+# An evaluation answers when every query has been searched: about 25 ms a query and run on the server.
+EVAL_TIMEOUT_S = 3600.0
 
 
 def main(argv: Sequence[str] | None = None, *, transport: httpx.BaseTransport | None = None) -> int:
@@ -95,6 +98,51 @@ def sync(api: ApiClient, args: argparse.Namespace) -> int:
     return EXIT_FAILURES if report.failed else EXIT_OK
 
 
+def eval_import(api: ApiClient, args: argparse.Namespace) -> int:
+    folder = BeirFolder(Path(args.dir))
+    missing = folder.missing(args.split, args.with_corpus)
+    if missing:
+        print(f"error: not a BEIR folder, missing: {', '.join(str(path) for path in missing)}", file=sys.stderr)
+        return EXIT_ERROR
+    kb_id = str(api.resolve_kb(args.kb)["id"])
+    failed = 0
+    if args.with_corpus:
+        with folder.corpus.open(encoding="utf-8") as corpus:
+            total = sum(1 for line in corpus if line.strip())
+        bar = terminal_progress(enabled=not args.quiet)(total, "uploading corpus")
+        try:
+            report = upload_corpus(api, kb_id, folder.corpus, args.concurrency, on_done=bar.advance)
+        finally:
+            bar.close()
+        print(f"corpus: uploaded {report.uploaded}, failed {len(report.failures)}")
+        _print_lines([f"failed {sid}: {message}" for sid, message in sorted(report.failures.items())], sys.stderr)
+        failed = len(report.failures)
+    name = args.name or f"{folder.root.resolve().name}-{args.split}"
+    created = api.create_question_set(kb_id, name, folder.queries.read_bytes(), folder.qrels(args.split).read_bytes())
+    print(
+        f"question set {created['name']} ({created['id']}): {created['query_count']} queries, "
+        f"{created['judgement_count']} judgements"
+    )
+    return EXIT_FAILURES if failed else EXIT_OK
+
+
+def eval_run(api: ApiClient, args: argparse.Namespace) -> int:
+    kb_id = str(api.resolve_kb(args.kb)["id"])
+    set_id = str(api.resolve_question_set(kb_id, args.set)["id"])
+    body = evaluation_body(
+        set_id,
+        mode=args.mode,
+        settings=args.settings,
+        compare_mode=args.compare_mode,
+        compare_settings=args.compare,
+        max_queries=args.max_queries,
+        depth=args.depth,
+    )
+    result = api.evaluate(kb_id, body, timeout_s=args.timeout)
+    _print_lines([json.dumps(result, ensure_ascii=False, indent=2)] if args.json else metric_lines(result))
+    return EXIT_OK
+
+
 def _print_lines(lines: list[str], stream: TextIO | None = None) -> None:
     for line in lines:
         print(line, file=stream or sys.stdout)
@@ -110,6 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_kb(commands)
     _add_sync(commands)
     _add_search(commands)
+    _add_eval(commands)
     return parser
 
 
@@ -158,6 +207,44 @@ def _add_search(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     search_parser.add_argument("--top-k", type=_positive_int, help="passages to return")
     search_parser.add_argument("--json", action="store_true", help="print the raw JSON")
     search_parser.set_defaults(command=search)
+
+
+def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    evaluation = commands.add_parser("eval", help="question sets and retrieval evaluations")
+    actions = evaluation.add_subparsers(required=True, metavar="ACTION")
+    importing = actions.add_parser(
+        "import", help="save a BEIR folder's queries and qrels as a question set", parents=[_connection(True)]
+    )
+    importing.add_argument("dir", metavar="DIR", help="a BEIR folder: queries.jsonl, qrels/<split>.tsv, corpus.jsonl")
+    importing.add_argument("--kb", required=True, help="KB name or id")
+    importing.add_argument("--split", default="test", help="which qrels/<split>.tsv (default test)")
+    importing.add_argument("--name", help="the set's name (default <folder>-<split>)")
+    importing.add_argument("--with-corpus", action="store_true", help="also upload corpus.jsonl as documents")
+    importing.add_argument("--concurrency", type=_positive_int, default=4, help="parallel uploads (default 4)")
+    importing.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    importing.set_defaults(command=eval_import)
+    running = actions.add_parser("run", help="evaluate a KB on a question set", parents=[_connection(True)])
+    running.add_argument("--kb", required=True, help="KB name or id")
+    running.add_argument("--set", required=True, help="question set name or id")
+    running.add_argument("--mode", choices=SEARCH_MODES, help="default: the KB's own")
+    running.add_argument("--settings", type=_json_object, default={}, help="retrieval overrides (JSON object)")
+    running.add_argument("--compare", type=_json_object, help="also run with these overrides and compare (JSON)")
+    running.add_argument("--compare-mode", choices=SEARCH_MODES, help="the comparison run's mode")
+    running.add_argument("--max-queries", type=_positive_int, help="only the set's first N queries")
+    running.add_argument("--depth", type=_positive_int, default=100, help="passages per search (default 100)")
+    running.add_argument("--timeout", type=float, default=EVAL_TIMEOUT_S, help="seconds to wait for the answer")
+    running.add_argument("--json", action="store_true", help="print the raw JSON (per query too)")
+    running.set_defaults(command=eval_run)
+
+
+def _json_object(value: str) -> Json:
+    try:
+        parsed = json.loads(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"not JSON: {exc}") from exc
+    if not isinstance(parsed, dict):
+        raise argparse.ArgumentTypeError("must be a JSON object")
+    return parsed
 
 
 def _positive_int(value: str) -> int:

@@ -136,6 +136,34 @@ class ApiClient:
             body["top_k"] = top_k
         return self._json(lambda: self._http.post("/v1/search", json=body))
 
+    # -- evaluation ----------------------------------------------------------------------------------
+
+    def upload_text(self, kb_id: str, source_id: str, title: str, text: str) -> Json:
+        body = {"source_id": source_id, "title": title, "text": text}
+        return self._json(lambda: self._http.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body))
+
+    def create_question_set(self, kb_id: str, name: str, queries_jsonl: bytes, qrels_tsv: bytes) -> Json:
+        """Upload a BEIR folder's queries.jsonl and qrels tsv as a question set of the KB."""
+        files = {"queries": ("queries.jsonl", queries_jsonl), "qrels": ("qrels.tsv", qrels_tsv)}
+        path = f"/v1/knowledge-bases/{kb_id}/question-sets"
+        return self._json(lambda: self._http.post(path, files=files, data={"name": name}))
+
+    def list_question_sets(self, kb_id: str) -> list[Json]:
+        body: list[Json] = self._call(lambda: self._http.get(f"/v1/knowledge-bases/{kb_id}/question-sets")).json()
+        return body
+
+    def resolve_question_set(self, kb_id: str, name_or_id: str) -> Json:
+        sets = self.list_question_sets(kb_id)
+        found = [s for s in sets if s["id"] == name_or_id] or [s for s in sets if s["name"] == name_or_id]
+        if not found:
+            raise ApiError(404, "Not found", f"no question set named {name_or_id!r} (or with that id) in this KB")
+        return found[0]
+
+    def evaluate(self, kb_id: str, body: Json, timeout_s: float) -> Json:
+        """Run an evaluation; it answers when every query has been searched (minutes for large sets)."""
+        path = f"/v1/knowledge-bases/{kb_id}/evaluations"
+        return self._json(lambda: self._http.post(path, json=body, timeout=timeout_s))
+
     # -- sync ----------------------------------------------------------------------------------------
 
     def sync(self, kb_id: str, files: list[Json], dry_run: bool) -> Json:

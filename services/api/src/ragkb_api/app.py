@@ -13,13 +13,16 @@ from redis import Redis
 from sqlalchemy import Engine
 
 from ragkb_api.dify import DifyService
+from ragkb_api.evaluations import EvaluationService
 from ragkb_api.guards import AccessGuard, provide_caller
 from ragkb_api.jobs import JobService
 from ragkb_api.mcp import McpServer
+from ragkb_api.question_sets import QuestionSetService
 from ragkb_api.rate_limit import TokenBuckets
 from ragkb_api.routes.api_keys import ApiKeyController
 from ragkb_api.routes.dify import DifyController
 from ragkb_api.routes.documents import DocumentController
+from ragkb_api.routes.evaluations import EvaluationController, QuestionSetController
 from ragkb_api.routes.jobs import JobController, KnowledgeBaseJobController
 from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
 from ragkb_api.routes.mcp import McpController
@@ -53,6 +56,8 @@ class ApiServices:
     tools: ToolService
     mcp: McpServer
     dify: DifyService
+    question_sets: QuestionSetService
+    evaluations: EvaluationService
 
 
 def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
@@ -67,6 +72,7 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
     api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None)
     tools = ToolService(sessions, blobs, retriever, search)
     documents = DocumentService(sessions, blobs, queue, retriever, settings.limits)
+    question_sets = QuestionSetService(sessions, settings.limits)
     return ApiServices(
         engine=engine,
         queue=queue,
@@ -80,6 +86,8 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
         mcp=McpServer(tools),
         # The same buckets as the guard's: a key's rate limit counts its Dify calls too.
         dify=DifyService(sessions, api_keys, buckets, search),
+        question_sets=question_sets,
+        evaluations=EvaluationService(question_sets, search),
     )
 
 
@@ -107,6 +115,8 @@ def create_app(settings: ApiSettings) -> Litestar:
             McpController,
             DifyController,
             PageController,
+            QuestionSetController,
+            EvaluationController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
         guards=[AccessGuard(services.api_keys, buckets)],
@@ -119,6 +129,8 @@ def create_app(settings: ApiSettings) -> Litestar:
             "tool_service": Provide(lambda: services.tools, sync_to_thread=False),
             "mcp_server": Provide(lambda: services.mcp, sync_to_thread=False),
             "dify_service": Provide(lambda: services.dify, sync_to_thread=False),
+            "question_set_service": Provide(lambda: services.question_sets, sync_to_thread=False),
+            "evaluation_service": Provide(lambda: services.evaluations, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
         exception_handlers=PROBLEM_HANDLERS,

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
+from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -166,3 +166,45 @@ class ApiKey(Base):
     search_filter: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class QuestionSet(Base):
+    """Queries with relevance judgements (BEIR style) saved for a KB, to evaluate its retrieval with.
+
+    `is_quality_gate`: the set a re-index of this KB is judged by (at most one per KB)."""
+
+    __tablename__ = "question_sets"
+    __table_args__ = (UniqueConstraint("kb_id", "name", name="uq_question_sets_kb_name"),)
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kb_id: Mapped[str] = mapped_column(String(32), ForeignKey("knowledge_bases.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(200))
+    is_quality_gate: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Question(Base):
+    """One query of a set; `position` keeps the order it was given in (an evaluation's `max_queries` takes
+    the first ones)."""
+
+    __tablename__ = "questions"
+
+    set_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("question_sets.id", ondelete="CASCADE"), primary_key=True
+    )
+    query_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    text: Mapped[str] = mapped_column(Text)
+
+
+class Judgement(Base):
+    """How relevant a document (by its `source_id`: a BEIR corpus id) is to one query of a set; 0 = not."""
+
+    __tablename__ = "judgements"
+
+    set_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("question_sets.id", ondelete="CASCADE"), primary_key=True
+    )
+    query_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    source_id: Mapped[str] = mapped_column(String(1024), primary_key=True)
+    grade: Mapped[int] = mapped_column(Integer)
