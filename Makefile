@@ -59,5 +59,24 @@ format: install ## Apply ruff's formatting and fixes
 bench: install redis ## Ingest and quality benchmarks against a live service, then query latency on a private stack (README: Benchmarks)
 	$(PY) bench/ingest.py && $(PY) bench/quality.py --corpora scifact:train && $(PY) bench/query.py
 
+# The peers bench/peers.py compares against live in their own environment, layered over the main one (a .pth
+# adds its site-packages): chromadb brings uvicorn[standard], whose uvloop and httptools the services would
+# otherwise pick up at their next start. Same torch pin; python-dateutil kept at celery's pin.
+PEERS_VENV := $(VENV)/peers
+PEERS_STAMP := $(PEERS_VENV)/.installed
+
+$(PEERS_STAMP): $(STAMP) bench/requirements-peers.txt
+	$(PY) -m venv $(PEERS_VENV)
+	main=$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	peers=$$($(PEERS_VENV)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	echo "import site; site.addsitedir('$$main')" > $$peers/zz-ragkb-main.pth
+	printf '%s\n' $(TORCH) python-dateutil==2.9.0.post0 > $(PEERS_VENV)/constraints.txt
+	$(PEERS_VENV)/bin/pip install --quiet --constraint $(PEERS_VENV)/constraints.txt -r bench/requirements-peers.txt
+	touch $@
+
+.PHONY: bench-peers
+bench-peers: $(PEERS_STAMP) redis ## ragkb next to txtai, LanceDB and Chroma on the same corpora and model, live (README: Benchmarks)
+	$(PEERS_VENV)/bin/python bench/peers.py
+
 clean: ## Remove local data (var/); keeps the venv and the model cache
 	rm -rf var

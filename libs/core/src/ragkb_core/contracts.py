@@ -63,6 +63,13 @@ class KbIndexInfo(BaseModel):
     dense_size: int
 
 
+class KbGenerations(BaseModel):
+    """A KB's index generations: `live` is the one searches and default writes use; `all` sorted."""
+
+    live: int
+    all: list[int]
+
+
 class DocumentWriteResult(BaseModel):
     written: int
     deleted_old: int

@@ -21,6 +21,8 @@ DELETE = "delete"
 RETRY = "retry"
 # A manifest entry the server could not judge (an exclude pattern that ran out of time on it).
 CHECK = "check"
+# A document rebuilt into a new index generation (ragkb_core.reindexing).
+REINDEX = "reindex"
 FINISHED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 # Documents looked up per query: well under SQLite's bound on parameters.
 _LOOKUP_BATCH = 500
@@ -35,6 +37,7 @@ class JobTally:
     unchanged: int
     deleted: int
     failed: int
+    reindexed: int
 
 
 def item_outcome(item: JobItem, document: Document | None) -> tuple[JobItemStatus, str | None] | None:
@@ -73,7 +76,8 @@ def settle_items_of_document(session: Session, kb_id: str, source_id: str) -> No
 def refresh_job(session: Session, job: Job, upload_wait_s: float, now: datetime | None = None) -> None:
     """Settle the job's open items from their documents, fail those open past the deadline, and finish the
     job when none is left open."""
-    if job.status in FINISHED_JOB_STATUSES or job.kb_id is None:
+    # A re-index is settled and finished by the worker that builds it: finishing it means switching generations.
+    if job.status in FINISHED_JOB_STATUSES or job.kb_id is None or job.kind == REINDEX:
         return
     now = now or utcnow()
     items = session.scalars(select(JobItem).where(JobItem.job_id == job.id, JobItem.status == JobItemStatus.PENDING))
@@ -164,11 +168,18 @@ def tally_job(session: Session, job: Job) -> JobTally:
         unchanged=int(job.counts.get("unchanged", 0)),
         deleted=total_of((DELETE,), JobItemStatus.DONE),
         failed=total_of(every_action, JobItemStatus.FAILED),
+        reindexed=total_of((REINDEX,), JobItemStatus.DONE),
     )
 
 
 def counts_of(tally: JobTally) -> dict[str, int]:
-    return {"uploaded": tally.uploaded, "unchanged": tally.unchanged, "deleted": tally.deleted, "failed": tally.failed}
+    return {
+        "uploaded": tally.uploaded,
+        "unchanged": tally.unchanged,
+        "deleted": tally.deleted,
+        "failed": tally.failed,
+        "reindexed": tally.reindexed,
+    }
 
 
 def settled_items(session: Session, job_id: str) -> Sequence[JobItem]:

@@ -10,6 +10,9 @@ from celery import Celery
 from ragkb_core.settings import RedisSettings
 
 INGEST_DOCUMENT = "ragkb.ingest_document"
+# A re-index: every document into the new generation, then the check and the switch.
+REINDEX_DOCUMENT = "ragkb.reindex_document"
+FINISH_REINDEX = "ragkb.finish_reindex"
 INGEST_QUEUE = "ingest"
 
 
@@ -17,7 +20,7 @@ def make_celery(settings: RedisSettings) -> Celery:
     app = Celery("ragkb", broker=settings.url, backend=None)
     app.conf.update(
         # Route by name so that producers need no task objects.
-        task_routes={INGEST_DOCUMENT: {"queue": INGEST_QUEUE}},
+        task_routes={name: {"queue": INGEST_QUEUE} for name in (INGEST_DOCUMENT, REINDEX_DOCUMENT, FINISH_REINDEX)},
         task_default_queue=INGEST_QUEUE,
         # Ack after the task ran: a worker killed mid-task leaves the message to be redelivered.
         task_acks_late=True,
@@ -45,3 +48,11 @@ def make_celery(settings: RedisSettings) -> Celery:
 
 def enqueue_ingest(app: Celery, document_id: str) -> None:
     app.send_task(INGEST_DOCUMENT, args=[document_id], queue=INGEST_QUEUE)
+
+
+def enqueue_reindex_document(app: Celery, job_id: str, document_id: str) -> None:
+    app.send_task(REINDEX_DOCUMENT, args=[job_id, document_id], queue=INGEST_QUEUE)
+
+
+def enqueue_finish_reindex(app: Celery, job_id: str) -> None:
+    app.send_task(FINISH_REINDEX, args=[job_id], queue=INGEST_QUEUE)

@@ -14,11 +14,12 @@ from ragkb_core.contracts import (
     ContextResult,
     DocumentPoints,
     DocumentWriteResult,
+    KbGenerations,
     KbIndexInfo,
     SearchQuery,
     SearchResult,
 )
-from ragkb_core.errors import InvalidInput, NotFound, RagkbError, Unavailable
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, RagkbError, Unavailable
 from ragkb_core.settings import RetrieverClientSettings
 
 INTERNAL_PREFIX = "/internal/v1"
@@ -37,26 +38,56 @@ class RetrieverClient:
     def drop_kb(self, kb_id: str) -> None:
         self._call("DELETE", f"/kbs/{kb_id}")
 
-    def write_document(self, points: DocumentPoints) -> DocumentWriteResult:
+    # -- generations: a re-index writes into a new one, switches to it, and may switch back ----------
+
+    def create_generation(self, kb_id: str, dense_size: int | None = None) -> int:
+        """A new, empty, not live generation; `dense_size` None: the retriever's embedder's dimension."""
+        data = self._call("POST", f"/kbs/{kb_id}/generations", json={"dense_size": dense_size})
+        return int(data["generation"])
+
+    def generations(self, kb_id: str) -> KbGenerations:
+        return KbGenerations.model_validate(self._call("GET", f"/kbs/{kb_id}/generations"))
+
+    def switch_generation(self, kb_id: str, generation: int) -> tuple[int, int]:
+        """Make `generation` live; returns (live, previous), previous being what a rollback switches to."""
+        data = self._call("PUT", f"/kbs/{kb_id}/generations/{generation}/live")
+        return int(data["live"]), int(data["previous"])
+
+    def drop_generation(self, kb_id: str, generation: int) -> None:
+        """Delete a generation that is not live (Conflict when it is; nothing when it does not exist)."""
+        self._call("DELETE", f"/kbs/{kb_id}/generations/{generation}")
+
+    # -- documents: the live generation, or the one given --------------------------------------------
+
+    def write_document(self, points: DocumentPoints, *, generation: int | None = None) -> DocumentWriteResult:
         body = points.model_dump(mode="json")
-        data = self._call("PUT", f"/kbs/{points.kb_id}/documents/{points.document_id}", json=body)
+        path = f"/kbs/{points.kb_id}/documents/{points.document_id}"
+        data = self._call("PUT", path, json=body, params=_present(generation=generation))
         return DocumentWriteResult.model_validate(data)
 
     def delete_document(
-        self, kb_id: str, document_id: str, *, keep_version: int | None = None, only_version: int | None = None
+        self,
+        kb_id: str,
+        document_id: str,
+        *,
+        keep_version: int | None = None,
+        only_version: int | None = None,
+        generation: int | None = None,
     ) -> None:
         """Delete a document's points: all of them, all but `keep_version`, or only `only_version`."""
-        params = {"keep_version": keep_version, "only_version": only_version}
-        query = {name: value for name, value in params.items() if value is not None}
+        query = _present(keep_version=keep_version, only_version=only_version, generation=generation)
         self._call("DELETE", f"/kbs/{kb_id}/documents/{document_id}", params=query)
 
-    def set_document_payload(self, kb_id: str, document_id: str, fields: dict[str, Any]) -> None:
+    def set_document_payload(
+        self, kb_id: str, document_id: str, fields: dict[str, Any], *, generation: int | None = None
+    ) -> None:
         """Merge `fields` into the payload of every chunk of the document (metadata-only changes)."""
-        self._call("PATCH", f"/kbs/{kb_id}/documents/{document_id}", json=fields)
+        path = f"/kbs/{kb_id}/documents/{document_id}"
+        self._call("PATCH", path, json=fields, params=_present(generation=generation))
 
-    def count_points(self, kb_id: str, document_id: str | None = None) -> int:
-        params = {"document_id": document_id} if document_id else {}
-        data = self._call("GET", f"/kbs/{kb_id}/count", params=params)
+    def count_points(self, kb_id: str, document_id: str | None = None, *, generation: int | None = None) -> int:
+        query = _present(document_id=document_id or None, generation=generation)
+        data = self._call("GET", f"/kbs/{kb_id}/count", params=query)
         return int(data["count"])
 
     def search(self, query: SearchQuery) -> SearchResult:
@@ -91,11 +122,18 @@ class RetrieverClient:
         return response.json() if response.content else None
 
 
+def _present(**params: str | int | None) -> dict[str, str | int]:
+    """Query parameters without the ones not given."""
+    return {name: value for name, value in params.items() if value is not None}
+
+
 def _error_from(response: httpx.Response) -> RagkbError:
     """Map the retriever's problem details back onto the domain hierarchy."""
     detail = _problem_detail(response)
     if response.status_code == 404:
         return NotFound(detail)
+    if response.status_code == 409:
+        return Conflict(detail)
     if response.status_code in (400, 422):
         return InvalidInput(detail)
     return Unavailable(f"retriever answered {response.status_code}: {detail}")

@@ -19,6 +19,7 @@ from ragkb_api.jobs import JobService
 from ragkb_api.mcp import McpServer
 from ragkb_api.question_sets import QuestionSetService
 from ragkb_api.rate_limit import TokenBuckets
+from ragkb_api.reindex import ReindexService
 from ragkb_api.routes.api_keys import ApiKeyController
 from ragkb_api.routes.dify import DifyController
 from ragkb_api.routes.documents import DocumentController
@@ -58,6 +59,7 @@ class ApiServices:
     dify: DifyService
     question_sets: QuestionSetService
     evaluations: EvaluationService
+    reindex: ReindexService
 
 
 def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
@@ -88,6 +90,7 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
         dify=DifyService(sessions, api_keys, buckets, search),
         question_sets=question_sets,
         evaluations=EvaluationService(question_sets, search),
+        reindex=ReindexService(sessions, retriever, queue),
     )
 
 
@@ -124,6 +127,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
             "job_service": Provide(lambda: services.jobs, sync_to_thread=False),
+            "reindex_service": Provide(lambda: services.reindex, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
             "key_service": Provide(lambda: services.api_keys, sync_to_thread=False),
             "tool_service": Provide(lambda: services.tools, sync_to_thread=False),

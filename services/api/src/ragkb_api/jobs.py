@@ -298,6 +298,7 @@ def _job_out(session: Session, job: Job) -> JobOut:
         tally = progress.tally_job(session, job)
         counts = JobCounts(**progress.counts_of(tally))
         errors = [JobError(**error) for error in progress.item_errors(session, job.id)]
+        errors += [JobError(source_id=None, message=str(error)) for error in job.errors]
         current, total = tally.current, tally.total
     return JobOut(
         id=job.id,

@@ -530,6 +530,7 @@ class JobCounts(BaseModel):
     unchanged: int = 0
     deleted: int = 0
     failed: int = 0
+    reindexed: int = 0
 
 
 class JobError(BaseModel):
@@ -548,3 +549,12 @@ class JobOut(BaseModel):
     created_at: UtcDateTime
     started_at: UtcDateTime | None
     finished_at: UtcDateTime | None
+
+
+class ReindexRequest(BaseModel):
+    """Rebuild a KB's index from its stored originals, optionally with new chunking or analyzer settings
+    (what is not given stays as it is). `embedding_model` must be the one this server runs."""
+
+    chunking: KbChunking | None = None
+    analyzer: KbAnalyzer | None = None
+    embedding_model: str | None = Field(default=None, min_length=1, max_length=200)

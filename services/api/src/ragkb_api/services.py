@@ -224,8 +224,11 @@ class DocumentService:
     def delete(self, kb_id: str, document_id: str) -> None:
         with self._sessions() as session:
             _load_document(session, kb_id, document_id)
-        # Index first, so that a failure leaves the document listed and the call repeatable.
-        self._retriever.delete_document(kb_id, document_id)
+        # Index first, so that a failure leaves the document listed and the call repeatable. Every generation:
+        # one being built by a re-index must not bring it back, nor a rollback to the previous one.
+        generations = self._retriever.generations(kb_id)
+        for generation in generations.all:
+            self._retriever.delete_document(kb_id, document_id, generation=generation)
         with transaction(self._sessions) as session:
             document = _load_document(session, kb_id, document_id)
             blobs = {document.blob_sha256, document.text_sha256} - {None}

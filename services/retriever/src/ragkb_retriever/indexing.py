@@ -1,10 +1,13 @@
-"""Index writes: one KB = one collection generation behind an alias; one document version = its chunks."""
+"""Index writes: one KB = one collection generation behind an alias; one document version = its chunks.
+
+A re-index builds a new generation while the live one serves (writes given `generation=`), switches the
+alias to it, and can switch back (roll back) until the old generation is dropped."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbIndexInfo
+from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbGenerations, KbIndexInfo
 from ragkb_core.errors import InvalidInput, NotFound
 from ragkb_core.ids import point_id
 from ragkb_retriever.index.port import IndexPoint, VectorIndex
@@ -30,29 +33,58 @@ class IndexService:
     def drop_kb(self, kb_id: str) -> None:
         self._index.drop_kb(kb_id)
 
-    def write_document(self, document: DocumentPoints) -> DocumentWriteResult:
+    def create_generation(self, kb_id: str, dense_size: int | None = None) -> int:
+        """A new, empty, not yet live generation; `dense_size` defaults to this embedder's."""
+        return self._index.create_generation(kb_id, dense_size or self._dense_size)
+
+    def generations(self, kb_id: str) -> KbGenerations:
+        info = self._index.generations(kb_id)
+        return KbGenerations(live=info.live, all=info.all)
+
+    def switch_generation(self, kb_id: str, generation: int) -> int:
+        """Make `generation` live; returns the one live before (to switch back to, for a rollback)."""
+        return self._index.switch_generation(kb_id, generation)
+
+    def drop_generation(self, kb_id: str, generation: int) -> None:
+        self._index.drop_generation(kb_id, generation)
+
+    def write_document(self, document: DocumentPoints, *, generation: int | None = None) -> DocumentWriteResult:
         self._require_kb(document.kb_id)
-        self._check_dimensions(document)
+        if generation is None:
+            self._check_dimensions(document)
+        # else: that generation may be for another embedding model; the engine checks its own size.
         points = [_point(document, chunk_index) for chunk_index in range(len(document.chunks))]
-        self._index.upsert(document.kb_id, points)
+        self._index.upsert(document.kb_id, points, generation=generation)
         return DocumentWriteResult(written=len(points), deleted_old=0)
 
-    def delete_document(self, kb_id: str, document_id: str, keep_version: int | None, only_version: int | None) -> None:
+    def delete_document(
+        self,
+        kb_id: str,
+        document_id: str,
+        keep_version: int | None,
+        only_version: int | None,
+        *,
+        generation: int | None = None,
+    ) -> None:
         self._require_kb(kb_id)
         if keep_version is not None and only_version is not None:
             raise InvalidInput("give keep_version or only_version, not both")
-        self._index.delete_document(kb_id, document_id, keep_version=keep_version, only_version=only_version)
+        self._index.delete_document(
+            kb_id, document_id, keep_version=keep_version, only_version=only_version, generation=generation
+        )
 
-    def set_document_payload(self, kb_id: str, document_id: str, fields: dict[str, Any]) -> None:
+    def set_document_payload(
+        self, kb_id: str, document_id: str, fields: dict[str, Any], *, generation: int | None = None
+    ) -> None:
         self._require_kb(kb_id)
         unknown = set(fields) - PATCHABLE_PAYLOAD_FIELDS
         if unknown:
             raise InvalidInput(f"these payload fields cannot be changed in place: {', '.join(sorted(unknown))}")
-        self._index.set_document_payload(kb_id, document_id, fields)
+        self._index.set_document_payload(kb_id, document_id, fields, generation=generation)
 
-    def count(self, kb_id: str, document_id: str | None) -> int:
+    def count(self, kb_id: str, document_id: str | None, *, generation: int | None = None) -> int:
         self._require_kb(kb_id)
-        return self._index.count(kb_id, document_id=document_id)
+        return self._index.count(kb_id, document_id=document_id, generation=generation)
 
     def probe(self) -> None:
         """A real call through the engine (this KB never exists): raises when the index is unusable."""

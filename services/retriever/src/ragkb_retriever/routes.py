@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from litestar import Controller, delete, get, patch, post, put
 from litestar.params import Parameter
+from pydantic import BaseModel, Field
 
 from ragkb_core.contracts import (
     AnalyzeQuery,
@@ -14,6 +15,7 @@ from ragkb_core.contracts import (
     ContextResult,
     DocumentPoints,
     DocumentWriteResult,
+    KbGenerations,
     KbIndexInfo,
     SearchQuery,
     SearchResult,
@@ -22,6 +24,15 @@ from ragkb_core.errors import InvalidInput
 from ragkb_core.retriever_client import INTERNAL_PREFIX
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.searching import SearchService
+
+# Which generation a document call addresses: the live one when not given.
+GenerationParam = Annotated[int | None, Parameter(ge=1, description="a generation of the KB; the live one when absent")]
+
+
+class GenerationCreate(BaseModel):
+    """The body of a generation create: the retriever's own shape, not a cross-service contract."""
+
+    dense_size: int | None = Field(default=None, ge=1, description="null: the embedder's dimension")
 
 
 @get(f"{INTERNAL_PREFIX}/ready", sync_to_thread=True, tags=["health"], summary="Ready, for callers holding the token")
@@ -44,13 +55,35 @@ class IndexController(Controller):
     def drop_kb(self, kb_id: str, index_service: IndexService) -> None:
         index_service.drop_kb(kb_id)
 
+    @post("/{kb_id:str}/generations", status_code=201, sync_to_thread=True, summary="Create a new, not live generation")
+    def create_generation(self, kb_id: str, data: GenerationCreate, index_service: IndexService) -> dict[str, int]:
+        return {"generation": index_service.create_generation(kb_id, data.dense_size)}
+
+    @get("/{kb_id:str}/generations", sync_to_thread=True, summary="The KB's generations and the live one")
+    def generations(self, kb_id: str, index_service: IndexService) -> KbGenerations:
+        return index_service.generations(kb_id)
+
+    @put("/{kb_id:str}/generations/{generation:int}/live", sync_to_thread=True, summary="Switch the live generation")
+    def switch_generation(self, kb_id: str, generation: int, index_service: IndexService) -> dict[str, int]:
+        previous = index_service.switch_generation(kb_id, generation)
+        return {"live": generation, "previous": previous}
+
+    @delete("/{kb_id:str}/generations/{generation:int}", status_code=204, sync_to_thread=True)
+    def drop_generation(self, kb_id: str, generation: int, index_service: IndexService) -> None:
+        index_service.drop_generation(kb_id, generation)
+
     @put("/{kb_id:str}/documents/{document_id:str}", sync_to_thread=True, summary="Write a document version's chunks")
     def write_document(
-        self, kb_id: str, document_id: str, data: DocumentPoints, index_service: IndexService
+        self,
+        kb_id: str,
+        document_id: str,
+        data: DocumentPoints,
+        index_service: IndexService,
+        generation: GenerationParam = None,
     ) -> DocumentWriteResult:
         if data.kb_id != kb_id or data.document_id != document_id:
             raise InvalidInput("the body's kb_id and document_id must match the path")
-        return index_service.write_document(data)
+        return index_service.write_document(data, generation=generation)
 
     @delete("/{kb_id:str}/documents/{document_id:str}", status_code=204, sync_to_thread=True)
     def delete_document(
@@ -58,24 +91,37 @@ class IndexController(Controller):
         kb_id: str,
         document_id: str,
         index_service: IndexService,
+        *,
         keep_version: Annotated[int | None, Parameter(ge=1)] = None,
         only_version: Annotated[int | None, Parameter(ge=1)] = None,
+        generation: GenerationParam = None,
     ) -> None:
-        index_service.delete_document(kb_id, document_id, keep_version, only_version)
+        index_service.delete_document(kb_id, document_id, keep_version, only_version, generation=generation)
 
     @patch("/{kb_id:str}/documents/{document_id:str}", status_code=204, sync_to_thread=True)
     def set_document_payload(
-        self, kb_id: str, document_id: str, data: dict[str, Any], index_service: IndexService
+        self,
+        kb_id: str,
+        document_id: str,
+        data: dict[str, Any],
+        index_service: IndexService,
+        generation: GenerationParam = None,
     ) -> None:
-        index_service.set_document_payload(kb_id, document_id, data)
+        index_service.set_document_payload(kb_id, document_id, data, generation=generation)
 
     @post("/{kb_id:str}/context", status_code=200, sync_to_thread=True, summary="A passage and its neighbours")
     def surrounding(self, kb_id: str, data: ContextQuery, search_service: SearchService) -> ContextResult:
         return search_service.surrounding(kb_id, data)
 
     @get("/{kb_id:str}/count", sync_to_thread=True, summary="Count a KB's points, optionally of one document")
-    def count(self, kb_id: str, index_service: IndexService, document_id: str | None = None) -> dict[str, int]:
-        return {"count": index_service.count(kb_id, document_id)}
+    def count(
+        self,
+        kb_id: str,
+        index_service: IndexService,
+        document_id: str | None = None,
+        generation: GenerationParam = None,
+    ) -> dict[str, int]:
+        return {"count": index_service.count(kb_id, document_id, generation=generation)}
 
 
 class SearchController(Controller):

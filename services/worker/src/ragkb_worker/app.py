@@ -10,12 +10,13 @@ from redis import Redis
 from ragkb_analyzer import bm25_encoder_for
 from ragkb_core.blobs import BlobStore
 from ragkb_core.db.engine import build_engine, build_session_factory, database_answers
-from ragkb_core.queue import make_celery
+from ragkb_core.queue import enqueue_finish_reindex, make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_models import load_embedder
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.health import start_health_server
 from ragkb_worker.pipeline import IngestPipeline
+from ragkb_worker.reindexing import Reindexer
 from ragkb_worker.settings import WorkerSettings
 from ragkb_worker.sweeper import Sweeper
 from ragkb_worker.tasks import register_tasks
@@ -44,7 +45,16 @@ def create_worker_app(settings: WorkerSettings) -> Celery:
     app = make_celery(settings.redis)
     # Built on the first task in each worker process (after fork), then reused: models load once per process.
     runtime = functools.cache(lambda: build_pipeline(settings))
-    register_tasks(app, settings.tasks, runtime)
+
+    def build_reindexer() -> Reindexer:
+        return Reindexer(
+            build_session_factory(build_engine(settings.database)),
+            runtime()[1],
+            RetrieverClient(settings.retriever, settings.service_token),
+            functools.partial(enqueue_finish_reindex, app),
+        )
+
+    register_tasks(app, settings.tasks, runtime, functools.cache(build_reindexer))
     return app
 
 

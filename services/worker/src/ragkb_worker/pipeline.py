@@ -96,6 +96,22 @@ class IngestPipeline:
             self._retriever.write_document(points)
         return self._settle(current, len(chunks), clock, report, text)
 
+    def build_into(self, claim: Claim, generation: int) -> int:
+        """Build the claim's version, with the claim's settings, into an index generation that does not serve
+        yet (a re-index): no lease and no ledger, the live document is left as it is. Returns its chunk count."""
+        chunks, _, _ = self._prepare(claim, StageClock())
+        bm25 = self._bm25_for(claim.analyzer)
+        texts = [embedding_text(claim.title, chunk) for chunk in chunks]
+        slices = [self._encoder.embed_passages(texts[i : i + EMBED_SLICE]) for i in range(0, len(texts), EMBED_SLICE)]
+        sparse = [bm25.encode_document(text) for text in texts]
+        points = _document_points(claim, chunks, np.concatenate(slices), sparse, bm25.version)
+        self._retriever.write_document(points, generation=generation)
+        # Another version built earlier into this generation (the document changed meanwhile) goes.
+        self._retriever.delete_document(
+            claim.kb_id, claim.document_id, keep_version=claim.version, generation=generation
+        )
+        return len(chunks)
+
     def _embed(
         self, claim: Claim, texts: list[str], bm25: Bm25Encoder
     ) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:

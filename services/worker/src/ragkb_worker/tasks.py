@@ -10,9 +10,10 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ragkb_core.errors import RagkbError
-from ragkb_core.queue import INGEST_DOCUMENT
+from ragkb_core.queue import FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT
 from ragkb_worker.documents import Claim, DocumentLedger
 from ragkb_worker.pipeline import IngestPipeline
+from ragkb_worker.reindexing import Reindexer
 from ragkb_worker.settings import TaskSettings
 
 _log = logging.getLogger("ragkb.worker")
@@ -22,7 +23,10 @@ _BACKOFF_CAP_S = 300
 
 
 def register_tasks(
-    app: Celery, settings: TaskSettings, runtime: Callable[[], tuple[DocumentLedger, IngestPipeline]]
+    app: Celery,
+    settings: TaskSettings,
+    runtime: Callable[[], tuple[DocumentLedger, IngestPipeline]],
+    reindexer: Callable[[], Reindexer],
 ) -> None:
     """`runtime` builds (once per process, lazily) the ledger and pipeline: models load in the child process."""
 
@@ -38,6 +42,26 @@ def register_tasks(
     def ingest_document(self: Task, document_id: str) -> dict[str, Any]:
         ledger, pipeline = runtime()
         return run_ingest(self, ledger, pipeline, document_id, settings.max_retries)
+
+    @app.task(  # type: ignore[untyped-decorator]
+        name=REINDEX_DOCUMENT,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        soft_time_limit=settings.soft_time_limit_s,
+        time_limit=settings.hard_time_limit_s,
+    )
+    def reindex_document(job_id: str, document_id: str) -> dict[str, Any]:
+        return {"document_id": document_id, "status": reindexer().reindex_document(job_id, document_id)}
+
+    @app.task(  # type: ignore[untyped-decorator]
+        name=FINISH_REINDEX,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        soft_time_limit=settings.soft_time_limit_s,
+        time_limit=settings.hard_time_limit_s,
+    )
+    def finish_reindex(job_id: str) -> dict[str, Any]:
+        return {"job_id": job_id, "status": reindexer().finish(job_id)}
 
 
 def run_ingest(

@@ -55,6 +55,8 @@ class KnowledgeBase(Base):
     analyzer: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # ragkb_core.kb_settings.KbSync as JSON ({} means the defaults).
     sync: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # ragkb_core.reindexing.IndexState as JSON: the live and previous generation and what they were built with.
+    index_state: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
@@ -118,6 +120,8 @@ class Job(Base):
     progress_total: Mapped[int] = mapped_column(Integer, default=0)
     counts: Mapped[dict[str, Any]] = mapped_column(default=dict)
     errors: Mapped[list[str]] = mapped_column(default=list)
+    # What the job was asked to do (a re-index: ragkb_core.reindexing.ReindexTarget as JSON).
+    params: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -11,7 +11,9 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from ragkb_api.access import Caller
 from ragkb_api.jobs import JobService, JobSnapshot
-from ragkb_api.schemas import JobOut, SyncPlanOut, SyncRequest
+from ragkb_api.reindex import ReindexService
+from ragkb_api.schemas import JobOut, KnowledgeBaseOut, ReindexRequest, SyncPlanOut, SyncRequest
+from ragkb_api.services import KnowledgeBaseService
 from ragkb_core.errors import RagkbError
 from ragkb_http import access
 
@@ -26,6 +28,13 @@ EVENTS_DESCRIPTION = """Server-sent events: `progress` {current, total, source_i
 every item as it settles (a late client first gets those already settled, or one `progress` with the current
 numbers), then `complete` {status, counts, errors}; `error` {message} if the job cannot be followed. The
 stream ends after `complete` or `error`."""
+
+
+REINDEX_DESCRIPTION = """A job (kind `reindex`) rebuilds every indexed document from its stored original into a new
+index generation while the current one keeps serving; documents uploaded or deleted meanwhile are caught up.
+When the new generation holds every indexed document at its live version, the KB switches to it in one step
+and its `chunking`/`analyzer` become the new ones; the previous generation is kept for POST .../rollback.
+One re-index per KB at a time (409)."""
 
 
 class KnowledgeBaseJobController(Controller):
@@ -52,6 +61,38 @@ class KnowledgeBaseJobController(Controller):
     )
     def retry_failed(self, kb_id: str, job_service: JobService) -> JobOut:
         return job_service.retry_failed(kb_id)
+
+    @post(
+        "/reindex",
+        status_code=202,
+        sync_to_thread=True,
+        summary="Rebuild the index from the stored originals (optionally with new chunking or analyzer), then switch",
+        description=REINDEX_DESCRIPTION,
+        opt=access("admin"),
+    )
+    def reindex(
+        self,
+        kb_id: str,
+        reindex_service: ReindexService,
+        job_service: JobService,
+        caller: Caller,
+        data: ReindexRequest | None = None,
+    ) -> JobOut:
+        job_id = reindex_service.start(kb_id, data or ReindexRequest())
+        return job_service.get(job_id, caller)
+
+    @post(
+        "/rollback",
+        status_code=200,
+        sync_to_thread=True,
+        summary="Serve the previous index generation again, with the settings it was built with",
+        opt=access("admin"),
+    )
+    def rollback(
+        self, kb_id: str, reindex_service: ReindexService, kb_service: KnowledgeBaseService
+    ) -> KnowledgeBaseOut:
+        reindex_service.rollback(kb_id)
+        return kb_service.get(kb_id)
 
     @get("/jobs", sync_to_thread=True, summary="Recent jobs of a knowledge base", opt=access("read"))
     def list_jobs(self, kb_id: str, job_service: JobService) -> list[JobOut]:

@@ -65,6 +65,7 @@ from ragkb_retriever.index.edge_shards import ShardClosedError, ShardHandle, Sha
 from ragkb_retriever.index.port import (
     DenseLeg,
     FusedLeg,
+    GenerationInfo,
     IndexHit,
     IndexPoint,
     KeywordLeg,
@@ -72,10 +73,13 @@ from ragkb_retriever.index.port import (
     LegResults,
     assemble,
     document_delete_filter,
+    live_generation_conflict,
+    no_generation,
     no_index,
     no_results,
     plan_legs,
     rrf_weights,
+    wrong_dimension,
 )
 from ragkb_retriever.index.schema import (
     DENSE_VECTOR,
@@ -83,6 +87,7 @@ from ragkb_retriever.index.schema import (
     PAYLOAD_INDEXES,
     SPARSE_VECTOR,
     PayloadIndexKind,
+    generation_of,
     generations_of,
 )
 
@@ -108,7 +113,10 @@ class EdgeIndex:
         self._registry = threading.Lock()
         self._handles: dict[str, ShardHandle] = {}
         self._targets: dict[str, str] = {}  # alias cache: this process is the only writer of the files
-        # Serialises create_kb, drop_kb and close, which change which shards and aliases exist.
+        # Generations being closed and deleted by drop_generation: their directories must not be reopened.
+        self._dropping: set[str] = set()
+        # Serialises create_kb, drop_kb, the generation calls and close, which change which shards and
+        # aliases exist.
         self._lifecycle = threading.Lock()
         self._closed = False
         self._maintainer = ShardMaintainer(self._open_handles, flush_interval_s, settings.optimize_idle_s)
@@ -145,13 +153,68 @@ class EdgeIndex:
         self._check_open()
         return self._target(kb_id) is not None
 
+    # -- generations -------------------------------------------------------------------------------
+
+    def create_generation(self, kb_id: str, dense_size: int) -> int:
+        with self._lifecycle:
+            with self._registry:
+                self._check_open()
+                self._live_locked(kb_id)
+                generation = max(self._generations_locked(kb_id)) + 1
+            name = ids.collection_name(kb_id, generation)
+            shard = _create_new_shard(self._root / name, dense_size)
+            with self._registry:
+                self._handles[name] = ShardHandle(name, shard)
+            return generation
+
+    def generations(self, kb_id: str) -> GenerationInfo:
+        with self._registry:
+            self._check_open()
+            live = self._live_locked(kb_id)
+            return GenerationInfo(live=_generation(kb_id, live), all=self._generations_locked(kb_id))
+
+    def switch_generation(self, kb_id: str, generation: int) -> int:
+        with self._lifecycle, self._registry:
+            self._check_open()
+            previous = self._live_locked(kb_id)
+            name = self._collection_locked(kb_id, generation)
+            if name != previous:
+                # Opened before the alias moves: a generation that cannot be loaded never goes live.
+                self._open_locked(name)
+                # The file is replaced atomically (edge_aliases.py); file and cache change together.
+                self._aliases.write(kb_id, name)
+                self._targets[kb_id] = name
+            return _generation(kb_id, previous)
+
+    def drop_generation(self, kb_id: str, generation: int) -> None:
+        name = ids.collection_name(kb_id, generation)
+        with self._lifecycle:
+            with self._registry:
+                self._check_open()
+                if self._live_locked(kb_id) == name:
+                    raise live_generation_conflict(kb_id, generation)
+                handle = self._handles.pop(name, None)
+                self._dropping.add(name)
+            try:
+                if handle is not None:
+                    handle.close()  # waits for the calls in flight on it
+                shutil.rmtree(self._root / name, ignore_errors=True)
+            finally:
+                with self._registry:
+                    self._dropping.discard(name)
+
     # -- writes ------------------------------------------------------------------------------------
 
-    def upsert(self, kb_id: str, points: Sequence[IndexPoint]) -> None:
+    def upsert(self, kb_id: str, points: Sequence[IndexPoint], *, generation: int | None = None) -> None:
         if not points:
             return
         operation = UpdateOperation.upsert_points([_edge_point(point) for point in points])
-        handle = self._write(kb_id, operation)
+        try:
+            handle = self._write(kb_id, operation, generation)
+        except Exception as exc:
+            if (invalid := wrong_dimension(exc)) is not None:
+                raise invalid from exc
+            raise
         if handle.record_write(len(points)) >= self._optimize_after:
             self._maintainer.request_optimize(handle)
 
@@ -161,29 +224,44 @@ class EdgeIndex:
         document_id: str,
         keep_version: int | None = None,
         only_version: int | None = None,
+        *,
+        generation: int | None = None,
     ) -> None:
         spec = document_delete_filter(kb_id, document_id, keep_version, only_version)
-        self._write(kb_id, UpdateOperation.delete_points_by_filter(_edge_filter(spec))).record_write()
+        operation = UpdateOperation.delete_points_by_filter(_edge_filter(spec))
+        self._write(kb_id, operation, generation).record_write()
 
-    def set_document_payload(self, kb_id: str, document_id: str, payload: dict[str, Any]) -> None:
+    def set_document_payload(
+        self, kb_id: str, document_id: str, payload: dict[str, Any], *, generation: int | None = None
+    ) -> None:
         spec = filters.document_filter(kb_id, document_id)
-        self._write(kb_id, UpdateOperation.set_payload_by_filter(_edge_filter(spec), payload)).record_write()
+        operation = UpdateOperation.set_payload_by_filter(_edge_filter(spec), payload)
+        self._write(kb_id, operation, generation).record_write()
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def count(self, kb_id: str, document_id: str | None = None, version: int | None = None) -> int:
+    def count(
+        self,
+        kb_id: str,
+        document_id: str | None = None,
+        version: int | None = None,
+        *,
+        generation: int | None = None,
+    ) -> int:
         request = CountRequest(exact=True, filter=_edge_filter(filters.count_filter(kb_id, document_id, version)))
-        with self._shard(kb_id) as (_, shard):
+        with self._shard(kb_id, generation) as (_, shard):
             return shard.count(request)
 
-    def retrieve(self, kb_id: str, point_id: str) -> IndexHit | None:
-        with self._shard(kb_id) as (_, shard):
+    def retrieve(self, kb_id: str, point_id: str, *, generation: int | None = None) -> IndexHit | None:
+        with self._shard(kb_id, generation) as (_, shard):
             records = shard.retrieve([point_id], with_payload=True, with_vector=False)
         return next((IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
 
-    def scroll(self, kb_id: str, spec: filters.FilterSpec, limit: int) -> list[IndexHit]:
+    def scroll(
+        self, kb_id: str, spec: filters.FilterSpec, limit: int, *, generation: int | None = None
+    ) -> list[IndexHit]:
         request = ScrollRequest(limit=limit, filter=_edge_filter(spec), with_payload=True, with_vector=False)
-        with self._shard(kb_id) as (_, shard):
+        with self._shard(kb_id, generation) as (_, shard):
             records, _ = shard.scroll(request)
         return [IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records]
 
@@ -197,15 +275,17 @@ class EdgeIndex:
         candidate_limit: int,
         rrf_k: int,
         weights: tuple[float, float] = (1.0, 1.0),
+        *,
+        generation: int | None = None,
     ) -> LegResults:
         legs = plan_legs(
             dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k, weights=weights
         )
         if not legs:
-            self._check_kb(kb_id)
+            self._check_exists(kb_id, generation)
             return no_results()
         requests = _LegRequests(kb_id, scope, candidate_limit)
-        with self._shard(kb_id) as (_, shard):
+        with self._shard(kb_id, generation) as (_, shard):
             batch = shard.query_batch(QueryBatchRequest([requests.build(leg) for leg in legs]))
         return assemble(legs, [[_hit(point) for point in points] for points in batch], limit)
 
@@ -235,9 +315,9 @@ class EdgeIndex:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _write(self, kb_id: str, operation: UpdateOperation) -> ShardHandle:
+    def _write(self, kb_id: str, operation: UpdateOperation, generation: int | None) -> ShardHandle:
         """Apply a write; the caller records it on the returned handle (flushing and optimising follow)."""
-        with self._shard(kb_id) as (handle, shard):
+        with self._shard(kb_id, generation) as (handle, shard):
             shard.update(operation)
         return handle
 
@@ -246,29 +326,52 @@ class EdgeIndex:
             return list(self._handles.values())
 
     @contextmanager
-    def _shard(self, kb_id: str) -> Iterator[tuple[ShardHandle, EdgeShard]]:
-        handle = self._handle(kb_id)
+    def _shard(self, kb_id: str, generation: int | None = None) -> Iterator[tuple[ShardHandle, EdgeShard]]:
+        handle = self._handle(kb_id, generation)
         try:
             with handle.use() as shard:
                 yield handle, shard
         except ShardClosedError as exc:
-            raise self._gone(kb_id) from exc
+            raise self._gone(kb_id, generation) from exc
 
-    def _handle(self, kb_id: str) -> ShardHandle:
+    def _handle(self, kb_id: str, generation: int | None = None) -> ShardHandle:
+        """The open shard of the live generation, or of `generation` when given."""
         with self._registry:
             self._check_open()
-            name = self._target_locked(kb_id)
-            if name is None:
-                raise no_index(kb_id)
-            handle = self._handles.get(name)
-            if handle is None:
-                handle = ShardHandle(name, EdgeShard.load(str(self._root / name)))
-                self._handles[name] = handle
-            return handle
+            return self._open_locked(self._collection_locked(kb_id, generation))
 
-    def _check_kb(self, kb_id: str) -> None:
-        if not self.kb_exists(kb_id):
+    def _open_locked(self, name: str) -> ShardHandle:
+        handle = self._handles.get(name)
+        if handle is None:
+            handle = ShardHandle(name, EdgeShard.load(str(self._root / name)))
+            self._handles[name] = handle
+        return handle
+
+    def _collection_locked(self, kb_id: str, generation: int | None) -> str:
+        """The collection a call addresses; NotFound when the KB, or the given generation, does not exist."""
+        live = self._live_locked(kb_id)
+        if generation is None:
+            return live
+        name = ids.collection_name(kb_id, generation)
+        if name in self._dropping or (name not in self._handles and not (self._root / name).is_dir()):
+            raise no_generation(kb_id, generation)
+        return name
+
+    def _live_locked(self, kb_id: str) -> str:
+        name = self._target_locked(kb_id)
+        if name is None:
             raise no_index(kb_id)
+        return name
+
+    def _generations_locked(self, kb_id: str) -> list[int]:
+        on_disk = [path.name for path in self._root.iterdir() if path.is_dir()]
+        names = {*on_disk, *self._handles} - self._dropping
+        return sorted(number for name in names if (number := generation_of(kb_id, name)) is not None)
+
+    def _check_exists(self, kb_id: str, generation: int | None) -> None:
+        with self._registry:
+            self._check_open()
+            self._collection_locked(kb_id, generation)
 
     def _target(self, kb_id: str) -> str | None:
         with self._registry:
@@ -297,9 +400,11 @@ class EdgeIndex:
         if self._closed:
             raise _index_closed()
 
-    def _gone(self, kb_id: str) -> Exception:
-        """Why a shard closed under a call: the whole index closed, or the KB was dropped."""
-        return _index_closed() if self._closed else no_index(kb_id)
+    def _gone(self, kb_id: str, generation: int | None = None) -> Exception:
+        """Why a shard closed under a call: the whole index closed, the KB or the generation was dropped."""
+        if self._closed:
+            return _index_closed()
+        return no_index(kb_id) if generation is None else no_generation(kb_id, generation)
 
 
 class _LegRequests:
@@ -364,6 +469,22 @@ def _create_shard(path: Path, dense_size: int) -> EdgeShard:
         shard.update(UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
     shard.flush()
     return shard
+
+
+def _create_new_shard(path: Path, dense_size: int) -> EdgeShard:
+    """A shard for a new generation; a half-made one is removed, so that it never counts as a generation."""
+    try:
+        return _create_shard(path, dense_size)
+    except BaseException:
+        shutil.rmtree(path, ignore_errors=True)
+        raise
+
+
+def _generation(kb_id: str, name: str) -> int:
+    number = generation_of(kb_id, name)
+    if number is None:  # an alias file not written by this adapter
+        raise Unavailable(f"the alias of knowledge base {kb_id} points at {name!r}, not a generation")
+    return number
 
 
 def _edge_point(point: IndexPoint) -> Point:

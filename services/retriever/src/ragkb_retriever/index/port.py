@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragkb_core.contracts import ScopeFilter, SparseTerms
-from ragkb_core.errors import InvalidInput, NotFound
+from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_retriever.index.filters import FilterSpec, document_filter, scope_is_empty
 
 
@@ -54,12 +54,24 @@ class LegResults:
     keyword: list[IndexHit]
 
 
+@dataclass(frozen=True)
+class GenerationInfo:
+    """A KB's collection generations: `live` is the one its alias points at; `all` sorted, `live` among them."""
+
+    live: int
+    all: list[int]
+
+
 def no_results() -> LegResults:
     # A new one each time: callers may extend the lists they get.
     return LegResults(fused=[], dense=[], keyword=[])
 
 
 class VectorIndex(Protocol):
+    """Every data call addresses the live generation (the one behind the KB's alias) unless it is given
+    `generation=`, which addresses that generation's collection directly (NotFound when it does not
+    exist). Payloads carry the real kb_id in every generation, so filters are the same in all of them."""
+
     def create_kb(self, kb_id: str, dense_size: int) -> None:
         """Create generation 1 and the alias `kb_<id>`; does nothing when the KB exists."""
         ...
@@ -70,7 +82,29 @@ class VectorIndex(Protocol):
 
     def kb_exists(self, kb_id: str) -> bool: ...
 
-    def upsert(self, kb_id: str, points: Sequence[IndexPoint]) -> None: ...
+    # -- generations (re-indexing: build one while the live one serves, switch, roll back) -----------
+
+    def create_generation(self, kb_id: str, dense_size: int) -> int:
+        """A new empty generation, numbered after the highest one, not live; its dense size may differ
+        from the live one's (a new embedding model)."""
+        ...
+
+    def generations(self, kb_id: str) -> GenerationInfo: ...
+
+    def switch_generation(self, kb_id: str, generation: int) -> int:
+        """Point the alias at `generation` atomically; returns the generation that was live before
+        (`generation` itself when it already was: a no-op)."""
+        ...
+
+    def drop_generation(self, kb_id: str, generation: int) -> None:
+        """Delete a generation that is not live (Conflict when it is); does nothing when it does not exist."""
+        ...
+
+    # -- data --------------------------------------------------------------------------------------
+
+    def upsert(self, kb_id: str, points: Sequence[IndexPoint], *, generation: int | None = None) -> None:
+        """Write points; a dense vector of the wrong size for the collection is InvalidInput."""
+        ...
 
     def delete_document(
         self,
@@ -78,21 +112,32 @@ class VectorIndex(Protocol):
         document_id: str,
         keep_version: int | None = None,
         only_version: int | None = None,
+        *,
+        generation: int | None = None,
     ) -> None:
         """Delete the document's points: all of them, all but `keep_version`'s, or only `only_version`'s."""
         ...
 
-    def set_document_payload(self, kb_id: str, document_id: str, payload: dict[str, Any]) -> None:
+    def set_document_payload(
+        self, kb_id: str, document_id: str, payload: dict[str, Any], *, generation: int | None = None
+    ) -> None:
         """Set (merge) top-level payload fields on every point of the document."""
         ...
 
-    def count(self, kb_id: str, document_id: str | None = None, version: int | None = None) -> int: ...
+    def count(
+        self,
+        kb_id: str,
+        document_id: str | None = None,
+        version: int | None = None,
+        *,
+        generation: int | None = None,
+    ) -> int: ...
 
-    def retrieve(self, kb_id: str, point_id: str) -> IndexHit | None:
+    def retrieve(self, kb_id: str, point_id: str, *, generation: int | None = None) -> IndexHit | None:
         """One point by id, with its payload (score 0); None when the KB has no such point."""
         ...
 
-    def scroll(self, kb_id: str, spec: FilterSpec, limit: int) -> list[IndexHit]:
+    def scroll(self, kb_id: str, spec: FilterSpec, limit: int, *, generation: int | None = None) -> list[IndexHit]:
         """Up to `limit` points matching `spec`, with their payloads (score 0), in no particular order."""
         ...
 
@@ -106,6 +151,8 @@ class VectorIndex(Protocol):
         candidate_limit: int,
         rrf_k: int,
         weights: tuple[float, float] = (1.0, 1.0),
+        *,
+        generation: int | None = None,
     ) -> LegResults:
         """Both legs filtered by `scope` inside the engine, fused with RRF (Qdrant's k = `rrf_k`, leg
         `weights` (dense, keyword), see the module docstring).
@@ -166,6 +213,30 @@ def document_delete_filter(
 def no_index(kb_id: str) -> NotFound:
     """What every operation on a KB without an index raises, in both adapters."""
     return NotFound(f"knowledge base {kb_id} has no index", kb_id=kb_id)
+
+
+def no_generation(kb_id: str, generation: int) -> NotFound:
+    """What an operation on a generation the KB does not have raises, in both adapters."""
+    return NotFound(f"knowledge base {kb_id} has no index generation {generation}", kb_id=kb_id, generation=generation)
+
+
+def live_generation_conflict(kb_id: str, generation: int) -> Conflict:
+    return Conflict(
+        f"generation {generation} of knowledge base {kb_id} is live: switch to another one before dropping it",
+        kb_id=kb_id,
+        generation=generation,
+    )
+
+
+def wrong_dimension(exc: Exception) -> InvalidInput | None:
+    """The engine's refusal of a dense vector of the wrong size, as InvalidInput; None for other errors.
+
+    A write into a given generation is not checked against the embedder's size (that generation may be
+    for another model), so the engine's own check is what the caller hears. Both engines say it alike.
+    """
+    if "Vector dimension error" not in str(exc):
+        return None
+    return InvalidInput(f"dense vectors do not fit the collection: {str(exc)[:300]}")
 
 
 def plan_legs(

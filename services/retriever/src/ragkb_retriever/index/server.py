@@ -8,7 +8,7 @@ for tests only. With a server the retriever keeps no state and scales out.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any
 
 from qdrant_client import QdrantClient
@@ -22,6 +22,7 @@ from ragkb_retriever.index import filters
 from ragkb_retriever.index.port import (
     DenseLeg,
     FusedLeg,
+    GenerationInfo,
     IndexHit,
     IndexPoint,
     KeywordLeg,
@@ -29,10 +30,13 @@ from ragkb_retriever.index.port import (
     LegResults,
     assemble,
     document_delete_filter,
+    live_generation_conflict,
+    no_generation,
     no_index,
     no_results,
     plan_legs,
     rrf_weights,
+    wrong_dimension,
 )
 from ragkb_retriever.index.schema import (
     DENSE_VECTOR,
@@ -40,6 +44,7 @@ from ragkb_retriever.index.schema import (
     PAYLOAD_INDEXES,
     SPARSE_VECTOR,
     PayloadIndexKind,
+    generation_of,
     generations_of,
 )
 
@@ -50,7 +55,8 @@ _SCHEMA_TYPES: dict[PayloadIndexKind, qm.PayloadSchemaType] = {
 
 
 class ServerIndex:
-    """Every call addresses the KB's alias, so a generation switch is one alias update on the server."""
+    """Every call addresses the KB's alias (or a given generation's collection), so a generation switch
+    is one alias update on the server."""
 
     def __init__(self, client: QdrantClient) -> None:
         self._client = client
@@ -77,19 +83,63 @@ class ServerIndex:
             self._delete_generations(kb_id)
 
     def kb_exists(self, kb_id: str) -> bool:
-        alias = ids.alias_name(kb_id)
+        return self._alias_target(kb_id) is not None
+
+    # -- generations -------------------------------------------------------------------------------
+
+    def create_generation(self, kb_id: str, dense_size: int) -> int:
         with self._answering():
-            return any(item.alias_name == alias for item in self._client.get_aliases().aliases)
+            self._require_live(kb_id)
+            generation = max(self._generation_numbers(kb_id)) + 1
+            name = ids.collection_name(kb_id, generation)
+            try:
+                self._create_collection(name, dense_size)
+            except BaseException:
+                # A half-made collection must not count as a generation; the first error is the one to tell.
+                with suppress(Exception):
+                    self._client.delete_collection(name)
+                raise
+            return generation
+
+    def generations(self, kb_id: str) -> GenerationInfo:
+        with self._answering():
+            live = self._require_live(kb_id)
+            return GenerationInfo(live=live, all=self._generation_numbers(kb_id))
+
+    def switch_generation(self, kb_id: str, generation: int) -> int:
+        with self._answering():
+            previous = self._require_live(kb_id)
+            if generation == previous:
+                return previous
+            if generation not in self._generation_numbers(kb_id):
+                raise no_generation(kb_id, generation)
+            alias = ids.alias_name(kb_id)
+            create = qm.CreateAlias(collection_name=ids.collection_name(kb_id, generation), alias_name=alias)
+            # One call, applied atomically by the server: readers see the old or the new generation.
+            self._client.update_collection_aliases(
+                [
+                    qm.DeleteAliasOperation(delete_alias=qm.DeleteAlias(alias_name=alias)),
+                    qm.CreateAliasOperation(create_alias=create),
+                ]
+            )
+            return previous
+
+    def drop_generation(self, kb_id: str, generation: int) -> None:
+        with self._answering():
+            if self._require_live(kb_id) == generation:
+                raise live_generation_conflict(kb_id, generation)
+            if generation in self._generation_numbers(kb_id):
+                self._client.delete_collection(ids.collection_name(kb_id, generation))
 
     # -- writes ------------------------------------------------------------------------------------
 
-    def upsert(self, kb_id: str, points: Sequence[IndexPoint]) -> None:
+    def upsert(self, kb_id: str, points: Sequence[IndexPoint], *, generation: int | None = None) -> None:
         if not points:
             return
         structs = [_point_struct(point) for point in points]
-        with self._on_kb(kb_id):
+        with self._on_kb(kb_id, generation):
             # wait=True: the call returns once the write is applied, as Edge's writes do.
-            self._client.upsert(ids.alias_name(kb_id), points=structs, wait=True)
+            self._client.upsert(_collection(kb_id, generation), points=structs, wait=True)
 
     def delete_document(
         self,
@@ -97,33 +147,46 @@ class ServerIndex:
         document_id: str,
         keep_version: int | None = None,
         only_version: int | None = None,
+        *,
+        generation: int | None = None,
     ) -> None:
         spec = document_delete_filter(kb_id, document_id, keep_version, only_version)
         selector = qm.FilterSelector(filter=_filter(spec))
-        with self._on_kb(kb_id):
-            self._client.delete(ids.alias_name(kb_id), points_selector=selector, wait=True)
+        with self._on_kb(kb_id, generation):
+            self._client.delete(_collection(kb_id, generation), points_selector=selector, wait=True)
 
-    def set_document_payload(self, kb_id: str, document_id: str, payload: dict[str, Any]) -> None:
+    def set_document_payload(
+        self, kb_id: str, document_id: str, payload: dict[str, Any], *, generation: int | None = None
+    ) -> None:
         selector = _filter(filters.document_filter(kb_id, document_id))
-        with self._on_kb(kb_id):
-            self._client.set_payload(ids.alias_name(kb_id), payload=payload, points=selector, wait=True)
+        with self._on_kb(kb_id, generation):
+            self._client.set_payload(_collection(kb_id, generation), payload=payload, points=selector, wait=True)
 
     # -- reads -------------------------------------------------------------------------------------
 
-    def count(self, kb_id: str, document_id: str | None = None, version: int | None = None) -> int:
+    def count(
+        self,
+        kb_id: str,
+        document_id: str | None = None,
+        version: int | None = None,
+        *,
+        generation: int | None = None,
+    ) -> int:
         selector = _filter(filters.count_filter(kb_id, document_id, version))
-        with self._on_kb(kb_id):
-            return self._client.count(ids.alias_name(kb_id), count_filter=selector, exact=True).count
+        with self._on_kb(kb_id, generation):
+            return self._client.count(_collection(kb_id, generation), count_filter=selector, exact=True).count
 
-    def retrieve(self, kb_id: str, point_id: str) -> IndexHit | None:
-        with self._on_kb(kb_id):
-            records = self._client.retrieve(ids.alias_name(kb_id), ids=[point_id], with_payload=True)
+    def retrieve(self, kb_id: str, point_id: str, *, generation: int | None = None) -> IndexHit | None:
+        with self._on_kb(kb_id, generation):
+            records = self._client.retrieve(_collection(kb_id, generation), ids=[point_id], with_payload=True)
         return next((IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
 
-    def scroll(self, kb_id: str, spec: filters.FilterSpec, limit: int) -> list[IndexHit]:
-        with self._on_kb(kb_id):
+    def scroll(
+        self, kb_id: str, spec: filters.FilterSpec, limit: int, *, generation: int | None = None
+    ) -> list[IndexHit]:
+        with self._on_kb(kb_id, generation):
             records, _ = self._client.scroll(
-                ids.alias_name(kb_id), scroll_filter=_filter(spec), limit=limit, with_payload=True
+                _collection(kb_id, generation), scroll_filter=_filter(spec), limit=limit, with_payload=True
             )
         return [IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records]
 
@@ -137,18 +200,20 @@ class ServerIndex:
         candidate_limit: int,
         rrf_k: int,
         weights: tuple[float, float] = (1.0, 1.0),
+        *,
+        generation: int | None = None,
     ) -> LegResults:
         legs = plan_legs(
             dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k, weights=weights
         )
         if not legs:
-            if not self.kb_exists(kb_id):
-                raise no_index(kb_id)
+            with self._answering():
+                self._check_exists(kb_id, generation)
             return no_results()
         requests = _LegRequests(kb_id, scope, candidate_limit)
-        with self._on_kb(kb_id):
+        with self._on_kb(kb_id, generation):
             batch = self._client.query_batch_points(
-                ids.alias_name(kb_id), requests=[requests.build(leg) for leg in legs]
+                _collection(kb_id, generation), requests=[requests.build(leg) for leg in legs]
             )
         return assemble(legs, [[_hit(point) for point in response.points] for response in batch], limit)
 
@@ -176,20 +241,56 @@ class ServerIndex:
         self._client.update_collection_aliases([qm.CreateAliasOperation(create_alias=create)])
 
     def _delete_generations(self, kb_id: str) -> None:
-        names = [collection.name for collection in self._client.get_collections().collections]
-        for name in generations_of(kb_id, names):
+        for name in generations_of(kb_id, self._collection_names()):
             self._client.delete_collection(name)
 
+    def _collection_names(self) -> list[str]:
+        return [collection.name for collection in self._client.get_collections().collections]
+
+    def _generation_numbers(self, kb_id: str) -> list[int]:
+        found = (generation_of(kb_id, name) for name in self._collection_names())
+        return sorted(number for number in found if number is not None)
+
+    def _alias_target(self, kb_id: str) -> str | None:
+        alias = ids.alias_name(kb_id)
+        with self._answering():
+            aliases = self._client.get_aliases().aliases
+        return next((item.collection_name for item in aliases if item.alias_name == alias), None)
+
+    def _live(self, kb_id: str) -> int | None:
+        """The generation behind the KB's alias; None when the KB does not exist."""
+        target = self._alias_target(kb_id)
+        if target is None:
+            return None
+        number = generation_of(kb_id, target)
+        if number is None:  # an alias not made by this adapter
+            raise Unavailable(f"the alias of knowledge base {kb_id} points at {target!r}, not a generation")
+        return number
+
+    def _require_live(self, kb_id: str) -> int:
+        live = self._live(kb_id)
+        if live is None:
+            raise no_index(kb_id)
+        return live
+
+    def _check_exists(self, kb_id: str, generation: int | None) -> None:
+        """NotFound when the KB, or the given generation of it, does not exist."""
+        self._require_live(kb_id)
+        if generation is not None and not self._client.collection_exists(ids.collection_name(kb_id, generation)):
+            raise no_generation(kb_id, generation)
+
     @contextmanager
-    def _on_kb(self, kb_id: str) -> Iterator[None]:
-        """Translate a failed call on the KB's alias: a missing KB is NotFound, not a server error."""
+    def _on_kb(self, kb_id: str, generation: int | None = None) -> Iterator[None]:
+        """Translate a failed call on the KB's alias or generation: a missing one is NotFound, a vector of
+        the wrong size InvalidInput, neither a server error."""
         with self._answering():
             try:
                 yield
             except (UnexpectedResponse, ValueError) as exc:
                 # Server mode answers 404, local mode raises ValueError; either way, ask what is missing.
-                if not self.kb_exists(kb_id):
-                    raise no_index(kb_id) from exc
+                self._check_exists(kb_id, generation)
+                if (invalid := wrong_dimension(exc)) is not None:
+                    raise invalid from exc
                 raise
 
     @contextmanager
@@ -253,6 +354,11 @@ class _LegRequests:
             limit=leg.limit,
             with_payload=True,
         )
+
+
+def _collection(kb_id: str, generation: int | None) -> str:
+    """What a call addresses: the KB's alias (the live generation), or the given generation's collection."""
+    return ids.alias_name(kb_id) if generation is None else ids.collection_name(kb_id, generation)
 
 
 def _point_struct(point: IndexPoint) -> qm.PointStruct:

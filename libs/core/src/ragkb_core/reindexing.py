@@ -1,0 +1,57 @@
+"""Re-indexing a KB: what the job builds, which generations serve, and how its items settle.
+
+A re-index builds a new index generation from the stored originals while the live one serves; the worker
+writes every document into it, then checks it (every indexed document present at its live version) and
+switches the KB's alias to it in one step. The previous generation is kept for a rollback. Shared by the api
+(which starts jobs and rolls back) and the worker (which builds, checks and switches)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session
+
+from ragkb_core.db.models import Job, JobItem, JobItemStatus, JobStatus, utcnow
+from ragkb_core.jobs import REINDEX
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+
+ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+
+
+class BuildSettings(BaseModel):
+    """What an index generation is built with: changing any of it needs a re-index."""
+
+    chunking: KbChunking
+    analyzer: KbAnalyzer
+
+
+class ReindexTarget(BaseModel):
+    """A re-index job's parameters (Job.params)."""
+
+    generation: int
+    settings: BuildSettings
+
+
+class IndexState(BaseModel):
+    """KnowledgeBase.index_state: the previous generation and its settings, while it is kept for a rollback."""
+
+    previous_generation: int | None = None
+    previous_settings: BuildSettings | None = None
+
+
+def active_reindex(session: Session, kb_id: str) -> Job | None:
+    query = select(Job).where(Job.kb_id == kb_id, Job.kind == REINDEX, Job.status.in_(ACTIVE_JOB_STATUSES))
+    return session.scalars(query).first()
+
+
+def settle_reindex_item(
+    session: Session, job_id: str, source_id: str, message: str | None, *, only_pending: bool = True
+) -> None:
+    """Mark the document's item of the job done (no message) or failed (the reason); a document the check
+    rebuilt after a failure settles again (`only_pending=False`)."""
+    open_only = (JobItem.status == JobItemStatus.PENDING,) if only_pending else ()
+    session.execute(
+        update(JobItem)
+        .where(JobItem.job_id == job_id, JobItem.source_id == source_id, *open_only)
+        .values(status=JobItemStatus.FAILED if message else JobItemStatus.DONE, message=message, updated_at=utcnow())
+    )

@@ -1,0 +1,193 @@
+"""Re-index a KB into a new index generation, check it, switch to it (ragkb_core.reindexing).
+
+Documents are rebuilt from their stored originals with the job's settings at the version that is live, and
+written into the new generation only: nothing a search sees changes until the switch. Documents that change
+while the job runs (a new upload, a deletion) are caught up by the check, which runs until the new generation
+holds every indexed document at its live version, so the switch loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_core.db.engine import transaction
+from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
+from ragkb_core.jobs import REINDEX, finish_if_settled
+from ragkb_core.reindexing import BuildSettings, IndexState, ReindexTarget, settle_reindex_item
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_worker.documents import Claim
+from ragkb_worker.pipeline import IngestPipeline
+
+_log = logging.getLogger("ragkb.worker")
+# Catch-up rounds before the switch; each round rebuilds what changed during the previous one.
+MAX_CATCH_UP_ROUNDS = 5
+
+
+@dataclass(frozen=True)
+class LiveDocument:
+    document_id: str
+    source_id: str
+    version: int
+
+
+class Reindexer:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        pipeline: IngestPipeline,
+        retriever: RetrieverClient,
+        enqueue_finish: Callable[[str], None],
+    ) -> None:
+        self._sessions = sessions
+        self._pipeline = pipeline
+        self._retriever = retriever
+        self._enqueue_finish = enqueue_finish
+
+    def reindex_document(self, job_id: str, document_id: str) -> str:
+        """Build one document into the job's generation; settle its item; start the check after the last."""
+        with self._sessions() as session:
+            job = session.get(Job, job_id)
+            if job is None or job.status != JobStatus.RUNNING:
+                return "skipped"
+            target = ReindexTarget.model_validate(job.params)
+            claim = _live_claim(session, document_id, target.settings)
+        message = None
+        if claim is not None:
+            try:
+                self._pipeline.build_into(claim, target.generation)
+            except Exception as exc:  # a failed document fails its item; the job goes on
+                _log.warning("re-index of %s failed: %s", document_id, exc)
+                message = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
+        with transaction(self._sessions) as session:
+            source_id = claim.source_id if claim else _source_of(session, job_id, document_id)
+            settle_reindex_item(session, job_id, source_id, message)
+            left = _open_items(session, job_id)
+        if left == 0:
+            self._enqueue_finish(job_id)
+        return "failed" if message else "done"
+
+    def finish(self, job_id: str) -> str:
+        """Catch up, check, switch. Idempotent: a finished job is left alone."""
+        with self._sessions() as session:
+            job = session.get(Job, job_id)
+            if job is None or job.status != JobStatus.RUNNING or job.kind != REINDEX or job.kb_id is None:
+                return "skipped"
+            kb_id, target = job.kb_id, ReindexTarget.model_validate(job.params)
+        missing = self._catch_up(job_id, kb_id, target)
+        if missing:
+            return self._fail(job_id, f"the new generation still lacks {len(missing)} documents: {missing[:5]}")
+        live, previous = self._retriever.switch_generation(kb_id, target.generation)
+        self._record_switch(job_id, kb_id, target, previous)
+        _log.info("KB %s: switched to generation %d (previous %d)", kb_id, live, previous)
+        return "switched"
+
+    def _catch_up(self, job_id: str, kb_id: str, target: ReindexTarget) -> list[str]:
+        """Rebuild the documents whose live version the new generation lacks, until none is missing (a
+        document deleted meanwhile is deleted from every generation by the api). Returns what is still missing."""
+        missing: list[LiveDocument] = []
+        for _ in range(MAX_CATCH_UP_ROUNDS):
+            missing = [doc for doc in self._live_documents(kb_id) if not self._holds(kb_id, target, doc)]
+            if not missing:
+                break
+            for document in missing:
+                self._rebuild(job_id, document, target)
+        return [doc.source_id for doc in missing if not self._holds(kb_id, target, doc)]
+
+    def _rebuild(self, job_id: str, document: LiveDocument, target: ReindexTarget) -> None:
+        with self._sessions() as session:
+            claim = _live_claim(session, document.document_id, target.settings)
+        if claim is None:
+            return
+        try:
+            self._pipeline.build_into(claim, target.generation)
+        except Exception as exc:  # still missing: the check reports it
+            _log.warning("re-index catch-up of %s failed: %s", document.source_id, exc)
+            return
+        with transaction(self._sessions) as session:
+            settle_reindex_item(session, job_id, document.source_id, None, only_pending=False)
+
+    def _holds(self, kb_id: str, target: ReindexTarget, document: LiveDocument) -> bool:
+        """The new generation holds the document at its live version (and, after this, no other version)."""
+        generation = target.generation
+        self._retriever.delete_document(
+            kb_id, document.document_id, keep_version=document.version, generation=generation
+        )
+        return self._retriever.count_points(kb_id, document.document_id, generation=generation) > 0
+
+    def _live_documents(self, kb_id: str) -> list[LiveDocument]:
+        with self._sessions() as session:
+            rows = session.execute(
+                select(Document.id, Document.source_id, Document.indexed_version).where(
+                    Document.kb_id == kb_id, Document.indexed_version.is_not(None)
+                )
+            )
+            return [LiveDocument(doc_id, source_id, version or 0) for doc_id, source_id, version in rows]
+
+    def _record_switch(self, job_id: str, kb_id: str, target: ReindexTarget, previous: int) -> None:
+        with transaction(self._sessions) as session:
+            kb = session.get_one(KnowledgeBase, kb_id)
+            replaced = BuildSettings.model_validate({"chunking": kb.chunking, "analyzer": kb.analyzer})
+            kb.chunking = target.settings.chunking.model_dump()
+            kb.analyzer = target.settings.analyzer.model_dump()
+            kb.analyzer_version = target.settings.analyzer.version
+            kb.index_state = IndexState(previous_generation=previous, previous_settings=replaced).model_dump(
+                mode="json"
+            )
+            finish_if_settled(session, job_id)
+        self._drop_older_generations(kb_id, keep={target.generation, previous})
+
+    def _drop_older_generations(self, kb_id: str, keep: set[int]) -> None:
+        for generation in self._retriever.generations(kb_id).all:
+            if generation not in keep:
+                self._retriever.drop_generation(kb_id, generation)
+
+    def _fail(self, job_id: str, message: str) -> str:
+        with transaction(self._sessions) as session:
+            job = session.get_one(Job, job_id)
+            job.status, job.finished_at = JobStatus.FAILED, utcnow()
+            job.errors = [*job.errors, message]
+        _log.warning("re-index job %s failed: %s", job_id, message)
+        return "failed"
+
+
+def _live_claim(session: Session, document_id: str, settings: BuildSettings) -> Claim | None:
+    """The document's live version as a claim built with the job's settings; None unless it is indexed."""
+    document = session.get(Document, document_id)
+    if document is None or document.indexed_version is None or document.version != document.indexed_version:
+        # Not indexed, or a newer version is being ingested: the check catches it up once that one is live.
+        return None
+    if document.status != DocumentStatus.DONE:
+        return None
+    return Claim(
+        document_id=document.id,
+        kb_id=document.kb_id,
+        source_id=document.source_id,
+        version=document.version,
+        title=document.title,
+        media_type=document.media_type,
+        blob_sha256=document.blob_sha256,
+        labels=list(document.labels),
+        metadata=dict(document.metadata_),
+        doc_type=document.doc_type,
+        attempt=document.attempts,
+        chunking=settings.chunking,
+        analyzer=settings.analyzer,
+    )
+
+
+def _source_of(session: Session, job_id: str, document_id: str) -> str:
+    document = session.get(Document, document_id)
+    if document is not None:
+        return document.source_id
+    item = session.scalars(select(JobItem).where(JobItem.job_id == job_id)).first()
+    return item.source_id if item else document_id
+
+
+def _open_items(session: Session, job_id: str) -> int:
+    query = select(func.count()).where(JobItem.job_id == job_id, JobItem.status == JobItemStatus.PENDING)
+    return int(session.scalar(query) or 0)

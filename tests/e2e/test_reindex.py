@@ -1,0 +1,148 @@
+"""Re-index through the public API on the real stack: a new generation is built from the stored originals while
+the old one serves (a search loop never fails nor comes back empty), changes made meanwhile are caught up,
+the switch brings the new settings, and a rollback restores the previous generation."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from statistics import mean
+from typing import Any
+
+import pytest
+
+from tests.e2e.conftest import RunningRagkb
+
+PARAGRAPH = (
+    "Section {n}. Employees file travel expense claims within thirty days of the trip. Receipts are scanned and "
+    "attached to the claim; the approver checks the cost centre and the budget owner signs. Claims over the "
+    "limit need a second approval from finance, and reimbursements are paid with the next salary."
+)
+SMALL_CHUNKS = {"target_tokens": 32, "max_tokens": 48, "overlap_tokens": 4}
+
+
+@dataclass
+class SearchLoop:
+    """Searches the KB over and over in a thread and keeps every failure and every empty answer."""
+
+    ragkb: RunningRagkb
+    kb_id: str
+    failures: list[str] = field(default_factory=list)
+    answers: int = 0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def run(self) -> None:
+        with self.ragkb.client_with(self.ragkb.env["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"]) as client:
+            while not self._stop.is_set():
+                body = {"query": "travel expense claims receipts", "knowledge_base_ids": [self.kb_id]}
+                try:
+                    response = client.post("/v1/search", json=body)
+                except Exception as exc:  # every failure is what this loop records
+                    self.failures.append(repr(exc))
+                    continue
+                if response.status_code != 200:
+                    self.failures.append(f"{response.status_code} {response.text[:200]}")
+                elif not response.json()["results"]:
+                    self.failures.append("empty answer")
+                self.answers += 1
+                time.sleep(0.05)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _upload(ragkb: RunningRagkb, kb_id: str, source_id: str, paragraphs: int) -> str:
+    text = "\n\n".join(PARAGRAPH.format(n=n) for n in range(paragraphs))
+    body = {"source_id": source_id, "title": source_id, "text": text}
+    response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body)
+    assert response.status_code == 202, response.text
+    return str(response.json()["id"])
+
+
+def _wait_job(ragkb: RunningRagkb, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = ragkb.client.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] not in ("queued", "running"):
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} did not finish in {timeout_s} s")
+
+
+def _passage_lengths(ragkb: RunningRagkb, kb_id: str) -> list[int]:
+    body = {"query": "travel expense claims", "knowledge_base_ids": [kb_id], "top_k": 20}
+    return [len(hit["text"]) for hit in ragkb.client.post("/v1/search", json=body).json()["results"]]
+
+
+@pytest.fixture
+def loaded_kb(ragkb: RunningRagkb) -> Iterator[tuple[str, dict[str, str]]]:
+    kb_id = ragkb.create_kb(f"reindex-{time.monotonic_ns()}")
+    ids = {f"doc-{n}": _upload(ragkb, kb_id, f"doc-{n}", paragraphs=6) for n in range(6)}
+    for document_id in ids.values():
+        assert ragkb.wait_document(kb_id, document_id)["status"] == "done"
+    yield kb_id, ids
+    ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
+
+
+def test_reindex_switches_without_a_failed_search_and_rollback_restores(
+    ragkb: RunningRagkb, loaded_kb: tuple[str, dict[str, str]]
+) -> None:
+    kb_id, ids = loaded_kb
+    before = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+    long_passages = _passage_lengths(ragkb, kb_id)
+    loop = SearchLoop(ragkb, kb_id)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/reindex", json={"chunking": SMALL_CHUNKS})
+        assert response.status_code == 202, response.text
+        job = response.json()
+        assert job["kind"] == "reindex" and job["progress"]["total"] == len(ids)
+        again = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/reindex", json={})
+        assert again.status_code == 409
+        # Changes while the new generation is built: both must be in it when it serves.
+        added = _upload(ragkb, kb_id, "added-during", paragraphs=2)
+        assert ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}/documents/{ids['doc-0']}").status_code == 204
+        assert ragkb.wait_document(kb_id, added)["status"] == "done"
+        finished = _wait_job(ragkb, job["id"])
+    finally:
+        loop.stop()
+        thread.join(timeout=10)
+    assert finished["status"] == "succeeded", finished
+    assert finished["counts"]["reindexed"] >= len(ids) - 1
+    assert loop.answers > 10 and not loop.failures, loop.failures[:5]
+
+    after = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+    assert after["chunking"]["target_tokens"] == SMALL_CHUNKS["target_tokens"]
+    assert before["chunking"]["target_tokens"] != SMALL_CHUNKS["target_tokens"]
+    short_passages = _passage_lengths(ragkb, kb_id)
+    assert mean(short_passages) < 0.6 * mean(long_passages)  # results come from the new generation
+    found = {hit["document_id"] for hit in _search_all(ragkb, kb_id)}
+    assert added in found and ids["doc-0"] not in found
+
+    rolled = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/rollback")
+    assert rolled.status_code == 200, rolled.text
+    assert rolled.json()["chunking"]["target_tokens"] == before["chunking"]["target_tokens"]
+    assert mean(_passage_lengths(ragkb, kb_id)) == pytest.approx(mean(long_passages), rel=0.2)
+    # A document deleted during the re-index stays deleted in the generation rolled back to.
+    assert ids["doc-0"] not in {hit["document_id"] for hit in _search_all(ragkb, kb_id)}
+
+
+def test_reindex_refuses_another_embedding_model_and_rollback_without_a_previous(
+    ragkb: RunningRagkb, loaded_kb: tuple[str, dict[str, str]]
+) -> None:
+    kb_id, _ = loaded_kb
+    refused = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/reindex", json={"embedding_model": "another-model"})
+    assert refused.status_code == 422 and "embeds with" in refused.json()["detail"]
+    nothing = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/rollback")
+    assert nothing.status_code == 409
+
+
+def _search_all(ragkb: RunningRagkb, kb_id: str) -> list[dict[str, Any]]:
+    hits: list[dict[str, Any]] = []
+    for mode in ("semantic", "keyword"):
+        body = {"query": "travel expense claims", "knowledge_base_ids": [kb_id], "top_k": 100, "mode": mode}
+        hits += ragkb.client.post("/v1/search", json=body).json()["results"]
+    return hits

@@ -1,0 +1,329 @@
+"""Index generations, for re-indexing: a new generation is built while the live one serves, becomes live
+in one atomic switch, can be switched back (a rollback) and dropped once it is not live. Both adapters
+(Edge, and the server adapter on qdrant-client's local mode) are held to the same behaviour, and the
+internal HTTP API is driven through RetrieverClient."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from litestar import Litestar
+from litestar.di import Provide
+from litestar.testing import TestClient
+from pydantic import SecretStr
+from qdrant_client import QdrantClient
+
+from ragkb_core import ids
+from ragkb_core.contracts import ChunkPoint, DocumentPoints, ScopeFilter, SparseTerms
+from ragkb_core.errors import Conflict, InvalidInput, NotFound
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_core.settings import QdrantSettings, RetrieverClientSettings
+from ragkb_http import PROBLEM_HANDLERS, service_token_guard
+from ragkb_retriever.index.edge import EdgeIndex
+from ragkb_retriever.index.filters import kb_filter
+from ragkb_retriever.index.port import GenerationInfo, IndexPoint, VectorIndex
+from ragkb_retriever.index.server import ServerIndex
+from ragkb_retriever.indexing import IndexService
+from ragkb_retriever.routes import IndexController
+
+pytestmark = [
+    pytest.mark.integration,
+    # Local mode says payload indexes do nothing there; ServerIndex creates them for a real server.
+    pytest.mark.filterwarnings("ignore:Payload indexes have no effect:UserWarning"),
+]
+
+DIM = 16
+KB = "7e2a"
+OTHER_KB = "9f3b"
+ENGINES = ["edge", "server"]
+
+
+def _points(kb_id: str, document_id: str, count: int, dim: int = DIM) -> list[IndexPoint]:
+    rng = random.Random(document_id)
+    return [
+        IndexPoint(
+            id=ids.point_id(kb_id, f"{document_id}.md", 1, ordinal),
+            dense=[rng.gauss(0, 1) for _ in range(dim)],
+            sparse=SparseTerms(indices=[1, 2, ordinal + 3], values=[1.0, 1.0, 1.0]),
+            payload={"kb_id": kb_id, "document_id": document_id, "version": 1, "ordinal": ordinal, "labels": []},
+        )
+        for ordinal in range(count)
+    ]
+
+
+def _found(index: VectorIndex, generation: int | None = None, dim: int = DIM) -> set[str]:
+    """The documents a hybrid search of the KB finds (every point matches the keyword leg)."""
+    sparse = SparseTerms(indices=[1, 2], values=[1.0, 1.0])
+    results = index.search(KB, [0.5] * dim, sparse, ScopeFilter(), 50, 50, 61, generation=generation)
+    return {hit.payload["document_id"] for hit in results.fused}
+
+
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[EdgeIndex]:
+    index = EdgeIndex(QdrantSettings(path=tmp_path / "index"))
+    yield index
+    index.close()
+
+
+@pytest.fixture
+def server() -> Iterator[ServerIndex]:
+    index = ServerIndex(QdrantClient(location=":memory:"))
+    yield index
+    index.close()
+
+
+@pytest.fixture(params=ENGINES)
+def index(request: pytest.FixtureRequest) -> VectorIndex:
+    """A KB whose live generation 1 holds document "old" (4 points), with another KB beside it."""
+    engine: VectorIndex = request.getfixturevalue(request.param)
+    for kb_id in (KB, OTHER_KB):
+        engine.create_kb(kb_id, DIM)
+    engine.upsert(KB, _points(KB, "old", 4))
+    engine.upsert(OTHER_KB, _points(OTHER_KB, "other", 2))
+    return engine
+
+
+def test_a_new_generation_is_built_while_the_live_one_serves(index: VectorIndex) -> None:
+    generation = index.create_generation(KB, DIM)
+    assert generation == 2
+    assert index.generations(KB) == GenerationInfo(live=1, all=[1, 2])
+
+    index.upsert(KB, _points(KB, "new", 3), generation=generation)
+
+    assert _found(index) == {"old"}
+    assert index.count(KB) == 4
+    assert _found(index, generation) == {"new"}
+    assert index.count(KB, generation=generation) == 3
+    assert index.count(KB, document_id="new", generation=generation) == 3
+    assert len(index.scroll(KB, kb_filter(KB), 10, generation=generation)) == 3
+    assert index.generations(OTHER_KB) == GenerationInfo(live=1, all=[1])
+
+
+def test_generation_writes_delete_and_patch_only_that_generation(index: VectorIndex) -> None:
+    generation = index.create_generation(KB, DIM)
+    index.upsert(KB, _points(KB, "old", 4), generation=generation)
+
+    index.set_document_payload(KB, "old", {"title": "rebuilt"}, generation=generation)
+    assert all(hit.payload.get("title") == "rebuilt" for hit in index.scroll(KB, kb_filter(KB), 10, generation=2))
+    assert all("title" not in hit.payload for hit in index.scroll(KB, kb_filter(KB), 10))
+
+    index.delete_document(KB, "old", generation=generation)
+    assert index.count(KB, generation=generation) == 0
+    assert index.count(KB) == 4
+
+
+def test_switching_makes_a_generation_live_and_switching_back_rolls_back(index: VectorIndex) -> None:
+    generation = index.create_generation(KB, DIM)
+    index.upsert(KB, _points(KB, "new", 3), generation=generation)
+
+    assert index.switch_generation(KB, generation) == 1
+    assert index.generations(KB) == GenerationInfo(live=2, all=[1, 2])
+    assert _found(index) == {"new"}
+    assert index.count(KB) == 3
+    # A write without a generation goes to the live one, which is now generation 2.
+    index.upsert(KB, _points(KB, "late", 1))
+    assert index.count(KB, generation=2) == 4
+    assert index.count(KB, generation=1) == 4
+
+    assert index.switch_generation(KB, 1) == 2
+    assert _found(index) == {"old"}
+    assert index.switch_generation(KB, 1) == 1  # already live: nothing changes
+    assert index.generations(KB) == GenerationInfo(live=1, all=[1, 2])
+
+
+def test_only_a_generation_that_is_not_live_can_be_dropped(index: VectorIndex) -> None:
+    generation = index.create_generation(KB, DIM)
+    with pytest.raises(Conflict):
+        index.drop_generation(KB, 1)
+
+    index.drop_generation(KB, generation)
+    index.drop_generation(KB, generation)  # gone already: nothing to do
+    assert index.generations(KB) == GenerationInfo(live=1, all=[1])
+    assert _found(index) == {"old"}
+    # Numbers keep counting from the highest generation left.
+    assert index.create_generation(KB, DIM) == 2
+
+
+def test_the_old_generation_is_dropped_after_a_switch(index: VectorIndex) -> None:
+    generation = index.create_generation(KB, DIM)
+    index.upsert(KB, _points(KB, "new", 3), generation=generation)
+    index.switch_generation(KB, generation)
+
+    index.drop_generation(KB, 1)
+
+    assert index.generations(KB) == GenerationInfo(live=2, all=[2])
+    assert _found(index) == {"new"}
+    assert index.create_generation(KB, DIM) == 3
+
+
+def test_a_generation_may_have_another_dense_size(index: VectorIndex) -> None:
+    wider = 2 * DIM
+    generation = index.create_generation(KB, wider)
+    with pytest.raises(InvalidInput):
+        index.upsert(KB, _points(KB, "new", 3), generation=generation)
+    index.upsert(KB, _points(KB, "new", 3, dim=wider), generation=generation)
+
+    index.switch_generation(KB, generation)
+
+    assert _found(index, dim=wider) == {"new"}
+    with pytest.raises(InvalidInput):
+        index.upsert(KB, _points(KB, "late", 1))
+
+
+MISSING_GENERATION_CALLS: dict[str, Callable[[VectorIndex], object]] = {
+    "upsert": lambda index: index.upsert(KB, _points(KB, "x", 1), generation=5),
+    "delete": lambda index: index.delete_document(KB, "old", generation=5),
+    "set payload": lambda index: index.set_document_payload(KB, "old", {"title": "t"}, generation=5),
+    "count": lambda index: index.count(KB, generation=5),
+    "retrieve": lambda index: index.retrieve(KB, ids.point_id(KB, "old.md", 1, 0), generation=5),
+    "scroll": lambda index: index.scroll(KB, kb_filter(KB), 5, generation=5),
+    "search": lambda index: _found(index, generation=5),
+    "empty search": lambda index: index.search(KB, None, None, ScopeFilter(), 5, 5, 61, generation=5),
+    "switch": lambda index: index.switch_generation(KB, 5),
+    "no KB: create": lambda index: index.create_generation("ffff", DIM),
+    "no KB: list": lambda index: index.generations("ffff"),
+    "no KB: switch": lambda index: index.switch_generation("ffff", 1),
+    "no KB: drop": lambda index: index.drop_generation("ffff", 2),
+    "no KB: count": lambda index: index.count("ffff", generation=1),
+}
+
+
+@pytest.mark.parametrize("call", MISSING_GENERATION_CALLS)
+def test_an_unknown_generation_or_kb_is_not_found(index: VectorIndex, call: str) -> None:
+    with pytest.raises(NotFound):
+        MISSING_GENERATION_CALLS[call](index)
+    assert index.generations(KB) == GenerationInfo(live=1, all=[1])
+
+
+def test_a_dropped_generation_is_not_found(index: VectorIndex) -> None:
+    generation = index.create_generation(KB, DIM)
+    index.drop_generation(KB, generation)
+    with pytest.raises(NotFound):
+        index.count(KB, generation=generation)
+    with pytest.raises(NotFound):
+        index.switch_generation(KB, generation)
+
+
+def test_dropping_a_kb_removes_every_generation(index: VectorIndex) -> None:
+    generation = index.create_generation(KB, DIM)
+    index.upsert(KB, _points(KB, "new", 3), generation=generation)
+    index.switch_generation(KB, generation)
+    index.create_generation(KB, DIM)
+
+    index.drop_kb(KB)
+
+    assert not index.kb_exists(KB)
+    index.create_kb(KB, DIM)
+    assert index.generations(KB) == GenerationInfo(live=1, all=[1])
+    assert index.count(KB) == 0
+    assert index.generations(OTHER_KB) == GenerationInfo(live=1, all=[1])
+
+
+def test_edge_keeps_the_switched_generation_across_a_restart(tmp_path: Path) -> None:
+    settings = QdrantSettings(path=tmp_path / "index")
+    first = EdgeIndex(settings)
+    first.create_kb(KB, DIM)
+    first.upsert(KB, _points(KB, "old", 4))
+    generation = first.create_generation(KB, DIM)
+    first.upsert(KB, _points(KB, "new", 3), generation=generation)
+    first.switch_generation(KB, generation)
+    first.create_generation(KB, DIM)
+    first.close()
+
+    second = EdgeIndex(settings)
+    try:
+        assert second.generations(KB) == GenerationInfo(live=2, all=[1, 2, 3])
+        assert _found(second) == {"new"}
+        assert second.count(KB, generation=1) == 4
+        assert second.switch_generation(KB, 1) == 2
+        second.drop_generation(KB, 2)
+        assert _found(second) == {"old"}
+    finally:
+        second.close()
+    third = EdgeIndex(settings)
+    try:
+        assert third.generations(KB) == GenerationInfo(live=1, all=[1, 3])
+    finally:
+        third.close()
+
+
+# -- the internal HTTP API, through RetrieverClient ------------------------------------------------
+
+TOKEN = "generations-test-token"
+
+
+@pytest.fixture
+def client(edge: EdgeIndex) -> Iterator[RetrieverClient]:
+    service = IndexService(edge, "test-model", DIM)
+    app = Litestar(
+        route_handlers=[IndexController],
+        dependencies={
+            "index_service": Provide(lambda: service, sync_to_thread=False),
+            "search_service": Provide(lambda: None, sync_to_thread=False),
+        },
+        guards=[service_token_guard(TOKEN)],
+        exception_handlers=PROBLEM_HANDLERS,
+    )
+    retriever = RetrieverClient(RetrieverClientSettings(url="http://testserver.local"), SecretStr(TOKEN))
+    with TestClient(app, base_url="http://testserver.local") as http:
+        http.headers.update(retriever._http.headers)
+        retriever._http = http  # the client's own requests, answered by the app in-process
+        yield retriever
+
+
+def _document(document_id: str, count: int, dim: int = DIM) -> DocumentPoints:
+    chunks = [
+        ChunkPoint(
+            ordinal=ordinal,
+            text=f"chunk {ordinal}",
+            dense=point.dense,
+            sparse=point.sparse,
+        )
+        for ordinal, point in enumerate(_points(KB, document_id, count, dim))
+    ]
+    return DocumentPoints(
+        kb_id=KB,
+        document_id=document_id,
+        source_id=f"{document_id}.md",
+        version=1,
+        title=document_id,
+        analyzer_version="test/1",
+        chunks=chunks,
+    )
+
+
+# The retriever's handlers use Litestar 2's inferred parameter and dependency styles (deprecated for 3);
+# building the app inside the test process makes that visible to pytest's warnings-as-errors.
+@pytest.mark.filterwarnings("ignore::litestar.exceptions.LitestarDeprecationWarning")
+def test_a_reindex_through_the_internal_api(client: RetrieverClient) -> None:
+    client.create_kb(KB)
+    client.write_document(_document("old", 4))
+    generation = client.create_generation(KB)
+    wider = client.create_generation(KB, dense_size=2 * DIM)
+    assert (generation, wider) == (2, 3)
+
+    client.write_document(_document("new", 3), generation=generation)
+    client.write_document(_document("new", 2, dim=2 * DIM), generation=wider)
+    assert client.count_points(KB) == 4
+    assert client.count_points(KB, "new", generation=generation) == 3
+    assert client.count_points(KB, generation=wider) == 2
+
+    assert client.switch_generation(KB, generation) == (2, 1)
+    assert client.generations(KB).model_dump() == {"live": 2, "all": [1, 2, 3]}
+    assert client.count_points(KB) == 3
+    client.delete_document(KB, "new", generation=1)
+    client.delete_document(KB, "old", generation=1)
+    assert client.count_points(KB, generation=1) == 0
+
+    with pytest.raises(Conflict):
+        client.drop_generation(KB, 2)
+    with pytest.raises(NotFound):
+        client.count_points(KB, generation=9)
+    with pytest.raises(InvalidInput):
+        client.write_document(_document("late", 1, dim=2 * DIM))
+    client.drop_generation(KB, 1)
+    client.drop_generation(KB, wider)
+    assert client.generations(KB).model_dump() == {"live": 2, "all": [2]}
