@@ -397,6 +397,41 @@ def test_weighted_rrf_is_the_documented_formula(
     assert checked > 10
 
 
+def dbsf_oracle(legs: Sequence[Sequence[IndexHit]]) -> dict[str, float]:
+    """Distribution-based score fusion as Qdrant documents it: each leg's scores mapped from [mean − 3σ,
+    mean + 3σ] (sample σ) onto [0, 1], a single result or no spread scoring 0.5, then summed."""
+    scores: dict[str, float] = {}
+    for leg in legs:
+        values = [hit.score for hit in leg]
+        if not values:
+            continue
+        mean = sum(values) / len(values)
+        spread = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
+        for hit in leg:
+            normalised = 0.5 if spread == 0 else (hit.score - (mean - 3 * spread)) / (6 * spread)
+            scores[hit.id] = scores.get(hit.id, 0.0) + normalised
+    return scores
+
+
+@pytest.mark.parametrize("engine", ["edge", "server"])
+def test_dbsf_is_the_documented_formula(engine: str, request: pytest.FixtureRequest) -> None:
+    index: VectorIndex = request.getfixturevalue(engine)
+    _load(index)
+    hybrid = [search for search in SEARCHES if search.dense is not None and search.sparse is not None]
+    checked = 0
+    for search in hybrid:
+        results = index.search(
+            search.kb_id, search.dense, search.sparse, search.scope, LIMIT, CANDIDATES, RRF_K, fusion="dbsf"
+        )
+        expected = dbsf_oracle([results.dense, results.keyword])
+        for hit in results.fused:
+            assert math.isclose(hit.score, expected[hit.id], rel_tol=1e-4, abs_tol=1e-6), (engine, hit.id)
+        best = sorted(expected.items(), key=lambda item: -item[1])[:LIMIT]
+        assert_same_ranking(results.fused, _as_hits(best))
+        checked += bool(results.fused)
+    assert checked > 10
+
+
 def test_the_top_hit_of_both_legs_scores_two_over_k(both: tuple[EdgeIndex, ServerIndex]) -> None:
     """Pins Qdrant's rank origin: a point first in both legs scores 2 / k, not 2 / (k + 1)."""
     edge, server = both

@@ -110,6 +110,9 @@ def _check_pattern(pattern: str, what: str) -> None:
 
 # -- retrieval -----------------------------------------------------------------------------------------
 
+# How the dense and keyword legs are fused: Reciprocal Rank Fusion (ranks only), or distribution-based score
+# fusion (each leg's scores normalised by their mean ± 3 standard deviations, then summed).
+FusionMethod = Literal["rrf", "dbsf"]
 MAX_TOP_K = 200
 MAX_BLOCKS = 200
 MAX_CANDIDATE_MULTIPLIER = 50
@@ -123,6 +126,7 @@ class RetrievalOverrides(BaseModel):
 
     top_k: int | None = Field(default=None, ge=1, le=MAX_TOP_K)
     hybrid: bool | None = None
+    fusion: FusionMethod | None = None
     rrf_k: int | None = Field(default=None, ge=1, le=1000)
     dense_weight: float | None = Field(default=None, ge=0, le=10)
     keyword_weight: float | None = Field(default=None, ge=0, le=10)
@@ -141,7 +145,10 @@ class KbRetrieval(BaseModel):
     top_k: int = Field(default=12, ge=1, le=MAX_TOP_K)
     # Dense + BM25 fused by RRF; off: dense only. A request's `mode` overrides it.
     hybrid: bool = True
-    # Reciprocal Rank Fusion constant in the paper's convention: score = Σ weight / (k + rank), rank from 1.
+    # How hybrid fuses its legs (see FusionMethod). rrf_k and the weights apply to "rrf".
+    fusion: FusionMethod = "rrf"
+    # Reciprocal Rank Fusion constant in the paper's convention: score = Σ 1 / (k + rank / weight), rank from 1
+    # (Qdrant's rank-scaling weights; weight 1 is plain RRF).
     rrf_k: int = Field(default=60, ge=1, le=1000)
     dense_weight: float = Field(default=1.0, ge=0, le=10)
     keyword_weight: float = Field(default=1.0, ge=0, le=10)

@@ -200,6 +200,7 @@ class SearchService:
                 qdrant_rrf_k(retrieval.rrf_k),
                 # A leg of weight 0 does not run at all (above); the weights matter only when both run.
                 weights=(retrieval.dense_weight or 1.0, retrieval.keyword_weight or 1.0),
+                fusion=retrieval.fusion,
             )
             return _annotated_hits(part.kb.kb_id, legs), legs
 

@@ -58,6 +58,7 @@ from qdrant_edge import (
 from ragkb_core import ids
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import Conflict, Unavailable
+from ragkb_core.kb_settings import FusionMethod
 from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index import filters
 from ragkb_retriever.index.edge_aliases import AliasFiles
@@ -276,10 +277,18 @@ class EdgeIndex:
         rrf_k: int,
         weights: tuple[float, float] = (1.0, 1.0),
         *,
+        fusion: FusionMethod = "rrf",
         generation: int | None = None,
     ) -> LegResults:
         legs = plan_legs(
-            dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k, weights=weights
+            dense,
+            sparse,
+            scope,
+            limit=limit,
+            candidate_limit=candidate_limit,
+            rrf_k=rrf_k,
+            weights=weights,
+            fusion=fusion,
         )
         if not legs:
             self._check_exists(kb_id, generation)
@@ -446,13 +455,19 @@ class _LegRequests:
         return Prefetch(limit=self._candidates, query=query, filter=self._filter, params=self._idf)
 
     def _fused(self, leg: FusedLeg) -> QueryRequest:
-        # The prefetches are the very legs run beside this request, so the fused list is RRF over them.
+        # The prefetches are the very legs run beside this request, so the fused list is their fusion.
         return QueryRequest(
             limit=leg.limit,
             prefetches=[self._dense(leg.dense), self._keyword(leg.keyword)],
-            query=Fusion.Rrf(k=leg.rrf_k, weights=rrf_weights(leg)),  # type: ignore[arg-type]  # the stub's union omits Fusion.Rrf
+            query=_fusion(leg),  # type: ignore[arg-type]  # the stub's union omits Fusion
             with_payload=True,
         )
+
+
+def _fusion(leg: FusedLeg) -> Fusion.Rrf | Fusion.Dbsf:
+    if leg.method == "dbsf":
+        return Fusion.Dbsf()
+    return Fusion.Rrf(k=leg.rrf_k, weights=rrf_weights(leg))
 
 
 def _edge_config(dense_size: int) -> EdgeConfig:

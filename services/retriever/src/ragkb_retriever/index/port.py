@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
+from ragkb_core.kb_settings import FusionMethod
 from ragkb_retriever.index.filters import FilterSpec, document_filter, scope_is_empty
 
 
@@ -152,6 +153,7 @@ class VectorIndex(Protocol):
         rrf_k: int,
         weights: tuple[float, float] = (1.0, 1.0),
         *,
+        fusion: FusionMethod = "rrf",
         generation: int | None = None,
     ) -> LegResults:
         """Both legs filtered by `scope` inside the engine, fused with RRF (Qdrant's k = `rrf_k`, leg
@@ -184,13 +186,16 @@ class KeywordLeg:
 
 @dataclass(frozen=True)
 class FusedLeg:
-    """RRF over a dense and a keyword leg, which the engine runs again as its prefetches."""
+    """A dense and a keyword leg fused by the engine (which runs them again as its prefetches): RRF with
+    `rrf_k` and `weights`, or DBSF (distribution-based score fusion: each leg's scores are normalised by
+    its mean ± 3 standard deviations, then summed; it has no parameters)."""
 
     dense: DenseLeg
     keyword: KeywordLeg
     limit: int
     rrf_k: int
     weights: tuple[float, float] = (1.0, 1.0)
+    method: FusionMethod = "rrf"
 
 
 Leg = DenseLeg | KeywordLeg | FusedLeg
@@ -248,6 +253,7 @@ def plan_legs(
     rrf_k: int,
     candidate_limit: int,
     weights: tuple[float, float] = (1.0, 1.0),
+    fusion: FusionMethod = "rrf",
 ) -> tuple[Leg, ...]:
     """The legs to run as one batch; none when the scope grants nothing or there is no query."""
     if min(weights) <= 0:
@@ -269,7 +275,7 @@ def plan_legs(
         legs.append(KeywordLeg(sparse))
     match legs:
         case [DenseLeg() as dense_leg, KeywordLeg() as keyword_leg]:
-            return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k, weights)
+            return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k, weights, fusion)
         case _:
             return tuple(legs)
 

@@ -18,6 +18,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 from ragkb_core import ids
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import Unavailable
+from ragkb_core.kb_settings import FusionMethod
 from ragkb_retriever.index import filters
 from ragkb_retriever.index.port import (
     DenseLeg,
@@ -201,10 +202,18 @@ class ServerIndex:
         rrf_k: int,
         weights: tuple[float, float] = (1.0, 1.0),
         *,
+        fusion: FusionMethod = "rrf",
         generation: int | None = None,
     ) -> LegResults:
         legs = plan_legs(
-            dense, sparse, scope, limit=limit, candidate_limit=candidate_limit, rrf_k=rrf_k, weights=weights
+            dense,
+            sparse,
+            scope,
+            limit=limit,
+            candidate_limit=candidate_limit,
+            rrf_k=rrf_k,
+            weights=weights,
+            fusion=fusion,
         )
         if not legs:
             with self._answering():
@@ -347,13 +356,19 @@ class _LegRequests:
         )
 
     def _fused(self, leg: FusedLeg) -> qm.QueryRequest:
-        # The prefetches are the very legs run beside this request, so the fused list is RRF over them.
+        # The prefetches are the very legs run beside this request, so the fused list is their fusion.
         return qm.QueryRequest(
             prefetch=[self._dense(leg.dense), self._keyword(leg.keyword)],
-            query=qm.RrfQuery(rrf=qm.Rrf(k=leg.rrf_k, weights=rrf_weights(leg))),
+            query=_fusion(leg),
             limit=leg.limit,
             with_payload=True,
         )
+
+
+def _fusion(leg: FusedLeg) -> qm.RrfQuery | qm.FusionQuery:
+    if leg.method == "dbsf":
+        return qm.FusionQuery(fusion=qm.Fusion.DBSF)
+    return qm.RrfQuery(rrf=qm.Rrf(k=leg.rrf_k, weights=rrf_weights(leg)))
 
 
 def _collection(kb_id: str, generation: int | None) -> str:
