@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.conftest import RunningRagkb
+from tests.e2e.test_resilience import indexed_points, kill_worker_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -208,3 +209,29 @@ def test_a_reader_cannot_sync_and_a_stranger_cannot_see_the_job(ragkb: RunningRa
         assert unknown.status_code == ungranted.status_code == 404
         assert stranger.get(f"/v1/jobs/{job_id}/events").status_code == 404
         assert stranger.post(f"/v1/knowledge-bases/{kb_id}/sync", json={"files": []}).status_code == 404
+
+
+def test_a_sync_survives_its_worker_being_killed(ragkb: RunningRagkb, tmp_path: Path) -> None:
+    """SIGKILL the worker in the middle of a sync of a few hundred files: the launcher restarts it, the job
+    completes on its own, no document is left processing, none has chunks of two versions."""
+    kb_id = ragkb.create_kb("sync-killed-worker")
+    for n in range(240):
+        path = tmp_path / f"part-{n // 60}" / f"note-{n:03d}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"# Note {n}\n\nShipment {n} leaves dock {n % 7} on day {n % 31 + 1}.\n")
+    plan = sync(ragkb, kb_id, tmp_path)
+    assert len(plan["upload"]) == 240
+    deadline = time.monotonic() + 120
+    while ragkb.client.get(f"/v1/jobs/{plan['job_id']}").json()["progress"]["current"] < 20:
+        assert time.monotonic() < deadline, "the sync did not start"
+        time.sleep(0.2)
+    kill_worker_processes(ragkb)
+    job = wait_job(ragkb, plan["job_id"], timeout_s=600)
+    assert job["status"] == "succeeded", job
+    assert job["counts"]["uploaded"] == 240 and job["progress"]["current"] == job["progress"]["total"] == 240
+    kb = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+    assert kb["document_counts"]["done"] == 240 and kb["document_counts"]["processing"] == 0
+    for document in ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents").json():
+        total = indexed_points(ragkb, kb_id, document["id"])
+        assert total == document["chunk_count"] >= 1, document  # one version's chunks, no more
+    ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
