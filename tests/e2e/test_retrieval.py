@@ -113,7 +113,8 @@ def test_retrieval_settings_are_per_kb_validated_and_patched_in_place(ragkb: Run
     kb_id = _create_kb(ragkb, "retrieval-settings", {"top_k": 5, "score_threshold": 0.2})
     kb = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
     assert kb["retrieval"]["top_k"] == 5 and kb["retrieval"]["rrf_k"] == 60 and kb["retrieval"]["max_blocks"] == 12
-    assert kb["analyzer"] == {"japanese": "sudachi", "sudachi_mode_a_subwords": False, "char_bigrams": False}
+    assert kb["analyzer"] == {"japanese": "sudachi", "sudachi_mode_a_subwords": False, "char_bigrams": True}
+    assert kb["retrieval"]["fusion"] == "dbsf"
 
     patched = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"retrieval": {"top_k": 3}})
     assert patched.status_code == 200, patched.text
@@ -125,7 +126,7 @@ def test_retrieval_settings_are_per_kb_validated_and_patched_in_place(ragkb: Run
         refused = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"retrieval": invalid})
         assert refused.status_code == 422, (invalid, refused.text)
         assert refused.headers["content-type"].startswith("application/problem+json")
-    analyzer_change = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"analyzer": {"char_bigrams": True}})
+    analyzer_change = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"analyzer": {"char_bigrams": False}})
     assert analyzer_change.status_code == 409 and "re-index" in analyzer_change.json()["detail"]
     assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()["retrieval"]["top_k"] == 3
     ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
@@ -297,8 +298,11 @@ def test_analyze_shows_each_kbs_terms(ragkb: RunningRagkb, corpus: Corpus) -> No
     bigram = ragkb.client.post("/v1/analyze", json={"knowledge_base_id": bigram_kb, "text": text})
     assert sudachi.status_code == 200 and bigram.status_code == 200, (sudachi.text, bigram.text)
     assert sudachi.json()["analyzer_version"] != bigram.json()["analyzer_version"]
-    assert "申請" in sudachi.json()["tokens"]
-    assert len(bigram.json()["tokens"]) > len(sudachi.json()["tokens"])
+    # The default analyzer: Sudachi words, then character bigrams as extra terms; the plain one: bigrams only.
+    assert {"年次有給休暇", "申請"} <= set(sudachi.json()["tokens"])
+    assert "年次有給休暇" not in bigram.json()["tokens"] and set(bigram.json()["tokens"]) < set(
+        sudachi.json()["tokens"]
+    )
     document_id = _upload_text(ragkb, bigram_kb, "jp", "就業規則", "年次有給休暇は入社六か月後に十日付与される。")
     assert ragkb.wait_document(bigram_kb, document_id)["status"] == "done"
     found = _search(ragkb, [bigram_kb], query="有給休暇", mode="keyword")["results"]
