@@ -135,7 +135,7 @@ def test_retrieval_settings_are_per_kb_validated_and_patched_in_place(ragkb: Run
 def test_the_answer_says_how_it_was_made(ragkb: RunningRagkb, corpus: Corpus) -> None:
     result = _search(ragkb, [corpus.kb_id], settings={"top_k": 4, "max_blocks": 4})
     assert result["mode"] == "hybrid" and result["reranked"] is False and result["degraded"] is False
-    assert set(result["timings_ms"]) >= {"embed", "analyze", "retrieve", "rerank", "assemble"}
+    assert set(result["timings_ms"]) == {"embed", "analyze", "retrieve", "assemble"}  # no reranker ran
     assert result["effective_settings"][corpus.kb_id]["top_k"] == 4
     top = result["results"][0]
     assert top["fused_rank"] == 1 and top["score"] == top["fused_score"]

@@ -79,11 +79,16 @@ class QueryVectors:
 
 
 class Stopwatch:
+    """Wall time per stage; a stage that did not run is left out (not reported as 0)."""
+
     def __init__(self) -> None:
         self.timings_ms: dict[str, float] = {}
 
     @contextmanager
-    def stage(self, name: str) -> Iterator[None]:
+    def stage(self, name: str, runs: bool = True) -> Iterator[None]:
+        if not runs:
+            yield
+            return
         started = time.perf_counter()
         try:
             yield
@@ -117,7 +122,7 @@ class SearchService:
             for part, (hits, _) in zip(parts, retrieved, strict=True)
             for hit in hits
         ]
-        with watch.stage("rerank"):
+        with watch.stage("rerank", runs=any(part.reranks for part in parts)):
             outcome = self._rerank(query.query, parts, [candidate.hit for candidate in candidates])
         if outcome.scores is None:
             # Not reranked: the reranker's threshold does not apply to the fused scores.
@@ -169,10 +174,10 @@ class SearchService:
         return wanted
 
     def _encode(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> QueryVectors:
-        with watch.stage("embed"):
-            needs_dense = any(part.mode != "keyword" for part in parts)
+        needs_dense = any(part.mode != "keyword" for part in parts)
+        with watch.stage("embed", runs=needs_dense):
             dense = self._encoder.embed_query(text) if needs_dense else None
-        with watch.stage("analyze"):
+        with watch.stage("analyze", runs=any(part.mode != "semantic" for part in parts)):
             sparse: dict[str, SparseTerms] = {}
             for part in parts:
                 if part.mode != "semantic":
