@@ -97,14 +97,20 @@ def test_syncing_a_folder_twice_then_its_changes(ragkb: RunningRagkb, tmp_path: 
     assert currents == sorted(currents) and currents[-1] == 20 and {data["total"] for data in progress} == {20}
     kind, complete = events[-1]
     assert kind == "complete"
-    assert complete["counts"] == {"uploaded": 20, "unchanged": 0, "deleted": 0, "failed": 0}
+    assert complete["counts"] == {"uploaded": 20, "unchanged": 0, "deleted": 0, "failed": 0, "reindexed": 0}
     kb = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
     assert kb["document_counts"]["done"] == complete["counts"]["uploaded"] + complete["counts"]["unchanged"]
     assert sum(kb["document_counts"].values()) == 20
 
     second = sync(ragkb, kb_id, folder)
     assert (second["upload"], second["delete"], len(second["unchanged"])) == ([], [], 20)
-    assert wait_job(ragkb, second["job_id"])["counts"] == {"uploaded": 0, "unchanged": 20, "deleted": 0, "failed": 0}
+    assert wait_job(ragkb, second["job_id"])["counts"] == {
+        "uploaded": 0,
+        "unchanged": 20,
+        "deleted": 0,
+        "failed": 0,
+        "reindexed": 0,
+    }
 
     (folder / "guides" / "doc-00.md").write_text("# Document 0\n\nThe harbour office now opens at noon.\n")
     (folder / "notes" / "doc-01.md").unlink()
@@ -116,7 +122,10 @@ def test_syncing_a_folder_twice_then_its_changes(ragkb: RunningRagkb, tmp_path: 
     ]
     assert [item["source_id"] for item in third["delete"]] == ["notes/doc-01.md"]
     job = wait_job(ragkb, third["job_id"])
-    assert (job["status"], job["counts"]) == ("succeeded", {"uploaded": 2, "unchanged": 18, "deleted": 1, "failed": 0})
+    assert (job["status"], job["counts"]) == (
+        "succeeded",
+        {"uploaded": 2, "unchanged": 18, "deleted": 1, "failed": 0, "reindexed": 0},
+    )
     documents = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents").json()
     assert len(documents) == 20 and ".hidden.md" not in {d["source_id"] for d in documents}
     assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/jobs").json()[0]["id"] == third["job_id"]

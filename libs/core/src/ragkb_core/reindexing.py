@@ -30,6 +30,9 @@ class ReindexTarget(BaseModel):
 
     generation: int
     settings: BuildSettings
+    # The documents the job started with: one deleted meanwhile may still have been written into the new
+    # generation by a build already under way, so the check removes those that no longer exist.
+    document_ids: list[str] = []
 
 
 class IndexState(BaseModel):

@@ -42,12 +42,14 @@ class ReindexService:
                 chunking=request.chunking or KbChunking.model_validate(kb.chunking),
                 analyzer=request.analyzer or KbAnalyzer.model_validate(kb.analyzer),
             )
+            documents = _indexed_documents(session, kb_id)
             # Inside the transaction: if the generation cannot be made, no job is left behind.
             generation = self._retriever.create_generation(kb_id)
-            target = ReindexTarget(generation=generation, settings=settings)
+            target = ReindexTarget(
+                generation=generation, settings=settings, document_ids=[document_id for document_id, _ in documents]
+            )
             session.add(_reindex_job(job_id, kb_id, target))
             session.flush()
-            documents = _indexed_documents(session, kb_id)
             session.add_all(_item(job_id, kb_id, source_id) for _, source_id in documents)
         if not documents:
             enqueue_finish_reindex(self._queue, job_id)

@@ -96,7 +96,16 @@ class Reindexer:
                 break
             for document in missing:
                 self._rebuild(job_id, document, target)
+        self._remove_deleted(kb_id, target)
         return [doc.source_id for doc in missing if not self._holds(kb_id, target, doc)]
+
+    def _remove_deleted(self, kb_id: str, target: ReindexTarget) -> None:
+        """Documents deleted during the job: the api deleted them from every generation, but a build that was
+        already under way may have written one into the new generation after that."""
+        with self._sessions() as session:
+            existing = set(session.scalars(select(Document.id).where(Document.id.in_(target.document_ids))))
+        for document_id in set(target.document_ids) - existing:
+            self._retriever.delete_document(kb_id, document_id, generation=target.generation)
 
     def _rebuild(self, job_id: str, document: LiveDocument, target: ReindexTarget) -> None:
         with self._sessions() as session:
