@@ -57,7 +57,7 @@ def stats(pool: RerankerPool, model: str | None = None) -> RerankerStats:
     return found
 
 
-def wait_for(condition: Callable[[], bool], seconds: float = 20) -> None:
+def wait_for(condition: Callable[[], bool], seconds: float = 60) -> None:
     deadline = time.monotonic() + seconds
     while not condition():
         assert time.monotonic() < deadline, "timed out waiting"
@@ -135,10 +135,12 @@ def test_a_run_past_the_budget_returns_at_the_deadline_and_still_teaches_the_est
     pool = RerankerPool(RerankerSettings(model=tiny, max_length=128))
     pool.warm_up()  # loaded, but no estimate yet: the deadline is the only guard
 
-    outcome = pool.rerank(None, QUERY, passages * 8, 1)
+    # A budget long enough for the job to start even on a loaded machine (a job still queued at the deadline
+    # is cancelled and teaches nothing), far too short for the work.
+    outcome = pool.rerank(None, QUERY, passages * 60, 200)
 
-    assert outcome.scores is None and outcome.degraded_reason == "the reranker exceeded the budget of 1 ms"
-    assert outcome.took_ms < 1000
+    assert outcome.scores is None and outcome.degraded_reason == "the reranker exceeded the budget of 200 ms"
+    assert outcome.took_ms < 2000
     wait_for(lambda: stats(pool).predictions == 1)
     assert stats(pool).ms_per_pair is not None
 
