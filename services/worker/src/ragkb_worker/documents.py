@@ -176,6 +176,12 @@ class DocumentLedger:
 
 def _claim_of(session: Session, document: Document) -> Claim:
     kb = session.get_one(KnowledgeBase, document.kb_id)
+    return claim_of(document, KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer))
+
+
+def claim_of(document: Document, chunking: KbChunking, analyzer: KbAnalyzer) -> Claim:
+    """A snapshot of the document's newest version, to be built with these settings (the KB's own, or a
+    re-index's)."""
     return Claim(
         document_id=document.id,
         kb_id=document.kb_id,
@@ -188,8 +194,8 @@ def _claim_of(session: Session, document: Document) -> Claim:
         metadata=dict(document.metadata_),
         doc_type=document.doc_type,
         attempt=document.attempts,
-        chunking=KbChunking.model_validate(kb.chunking),
-        analyzer=KbAnalyzer.model_validate(kb.analyzer),
+        chunking=chunking,
+        analyzer=analyzer,
     )
 
 

@@ -20,7 +20,7 @@ from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItem
 from ragkb_core.jobs import REINDEX, finish_if_settled
 from ragkb_core.reindexing import BuildSettings, IndexState, ReindexTarget, settle_reindex_item
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_worker.documents import Claim
+from ragkb_worker.documents import Claim, claim_of
 from ragkb_worker.pipeline import IngestPipeline
 
 _log = logging.getLogger("ragkb.worker")
@@ -172,21 +172,7 @@ def _live_claim(session: Session, document_id: str, settings: BuildSettings) -> 
         return None
     if document.status != DocumentStatus.DONE:
         return None
-    return Claim(
-        document_id=document.id,
-        kb_id=document.kb_id,
-        source_id=document.source_id,
-        version=document.version,
-        title=document.title,
-        media_type=document.media_type,
-        blob_sha256=document.blob_sha256,
-        labels=list(document.labels),
-        metadata=dict(document.metadata_),
-        doc_type=document.doc_type,
-        attempt=document.attempts,
-        chunking=settings.chunking,
-        analyzer=settings.analyzer,
-    )
+    return claim_of(document, settings.chunking, settings.analyzer)
 
 
 def _source_of(session: Session, job_id: str, document_id: str) -> str:
