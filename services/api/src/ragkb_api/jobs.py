@@ -15,7 +15,7 @@ from celery import Celery
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_api.access import Caller, Permission, kb_not_found
+from ragkb_api.access import Caller, Permission
 from ragkb_api.schemas import (
     JobCounts,
     JobError,
@@ -28,11 +28,11 @@ from ragkb_api.schemas import (
     SyncRequest,
     SyncUpload,
 )
-from ragkb_api.services import DocumentService
+from ragkb_api.services import DocumentService, load_kb
 from ragkb_api.sync import ManifestEntry, StoredDocument, SyncPlan, SyncRules, plan_sync
 from ragkb_core import jobs as progress
 from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
+from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, utcnow
 from ragkb_core.errors import Conflict, Forbidden, NotFound, RagkbError
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbSync
@@ -74,7 +74,7 @@ class JobService:
 
     def sync(self, kb_id: str, request: SyncRequest) -> SyncPlanOut:
         with self._sessions() as session:
-            kb = _load_kb(session, kb_id)
+            kb = load_kb(session, kb_id)
             rules = SyncRules.of(KbSync.model_validate(kb.sync))
             stored = _stored_documents(session, kb_id)
         manifest = [ManifestEntry(file.source_id, file.sha256) for file in request.files]
@@ -129,7 +129,7 @@ class JobService:
         """Queue every failed document of the KB again, from its stored original, as one job."""
         job_id = new_id()
         with transaction(self._sessions) as session:
-            _load_kb(session, kb_id)
+            load_kb(session, kb_id)
             session.add(_running_job(job_id, "retry", kb_id, utcnow()))
             session.flush()
             failed = session.scalars(
@@ -157,7 +157,7 @@ class JobService:
     def list_for_kb(self, kb_id: str) -> list[JobOut]:
         """The KB's recent jobs, newest first (one-document ingest jobs are the documents' own business)."""
         with transaction(self._sessions) as session:
-            _load_kb(session, kb_id)
+            load_kb(session, kb_id)
             query = select(Job).where(Job.kb_id == kb_id, Job.kind != "ingest").order_by(Job.created_at.desc())
             jobs = session.scalars(query.limit(RECENT_JOBS)).all()
             for job in jobs:
@@ -192,13 +192,6 @@ class JobService:
             enqueue_ingest(self._queue, document_id)
         except Exception:  # the broker is down: the document is pending, the worker's sweeper queues it later
             _log.warning("could not queue document %s now; the sweeper will queue it", document_id, exc_info=True)
-
-
-def _load_kb(session: Session, kb_id: str) -> KnowledgeBase:
-    kb = session.get(KnowledgeBase, kb_id)
-    if kb is None:
-        raise kb_not_found(kb_id)
-    return kb
 
 
 def _load_job(session: Session, job_id: str, caller: Caller, permission: Permission) -> Job:

@@ -9,8 +9,8 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_api.access import kb_not_found
 from ragkb_api.schemas import ReindexRequest
+from ragkb_api.services import load_kb
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict, InvalidInput
@@ -78,10 +78,7 @@ class ReindexService:
 def _locked_kb(session: Session, kb_id: str) -> KnowledgeBase:
     """The KB row, written first so that concurrent re-index and rollback calls on it run one at a time."""
     session.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(updated_at=utcnow()))
-    kb = session.get(KnowledgeBase, kb_id)
-    if kb is None:
-        raise kb_not_found(kb_id)
-    return kb
+    return load_kb(session, kb_id)
 
 
 def _check_embedding_model(kb: KnowledgeBase, requested: str | None) -> None:

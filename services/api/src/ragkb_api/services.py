@@ -108,7 +108,7 @@ class KnowledgeBaseService:
 
     def get(self, kb_id: str) -> KnowledgeBaseOut:
         with self._sessions() as session:
-            kb = _load_kb(session, kb_id)
+            kb = load_kb(session, kb_id)
             return _kb_out(kb, _status_counts(session, [kb_id]).get(kb_id, {}))
 
     def update(self, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBaseOut:
@@ -119,7 +119,7 @@ class KnowledgeBaseService:
             _check_sync_patterns(data.sync)
         try:
             with transaction(self._sessions) as session:
-                kb = _load_kb(session, kb_id)
+                kb = load_kb(session, kb_id)
                 _refuse_analyzer_change(kb, data.analyzer)
                 if data.name is not None and data.name != kb.name:
                     _ensure_name_free(session, data.name)
@@ -135,7 +135,7 @@ class KnowledgeBaseService:
 
     def delete(self, kb_id: str) -> None:
         with self._sessions() as session:
-            _load_kb(session, kb_id)
+            load_kb(session, kb_id)
         # Index first: if it fails the KB stays whole and the call can be repeated.
         self._retriever.drop_kb(kb_id)
         with transaction(self._sessions) as session:
@@ -166,7 +166,7 @@ class DocumentService:
         self._check_size(upload)
         media_type = detect_media_type(upload.filename, upload.data[:8192], upload.declared_type)
         with self._sessions() as session:
-            _load_kb(session, kb_id)
+            load_kb(session, kb_id)
         sha = self._blobs.put(upload.data)
         document, replaced_blob, changed = self._record_version_retrying(kb_id, fields, upload, media_type, sha)
         if changed:
@@ -177,7 +177,7 @@ class DocumentService:
 
     def list(self, kb_id: str, status: str | None) -> list[DocumentOut]:
         with self._sessions() as session:
-            _load_kb(session, kb_id)
+            load_kb(session, kb_id)
             query = select(Document).where(Document.kb_id == kb_id).order_by(Document.created_at)
             if status is not None:
                 query = query.where(Document.status == status)
@@ -430,7 +430,8 @@ def _patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[st
         raise InvalidInput(f"invalid retrieval settings: {exc.errors()[0]['msg']}") from exc
 
 
-def _load_kb(session: Session, kb_id: str) -> KnowledgeBase:
+def load_kb(session: Session, kb_id: str) -> KnowledgeBase:
+    """The KB, or the same NotFound for unknown and ungranted ids."""
     kb = session.get(KnowledgeBase, kb_id)
     if kb is None:
         raise kb_not_found(kb_id)
