@@ -93,16 +93,16 @@ class JobService:
         job_id = new_id()
         now = utcnow()
         with transaction(self._sessions) as session:
-            session.add(_running_job(job_id, "sync", kb_id, now, unchanged=len(plan.unchanged)))
+            session.add(running_job(job_id, "sync", kb_id, now, unchanged=len(plan.unchanged)))
             session.flush()
             for source_id, _ in plan.upload:
                 sha, base = shas[source_id], versions.get(source_id)
-                session.add(_item(job_id, kb_id, source_id, progress.UPLOAD, sha=sha, base=base))
+                session.add(job_item(job_id, kb_id, source_id, progress.UPLOAD, sha=sha, base=base))
             for source_id, _ in plan.delete:
-                session.add(_item(job_id, kb_id, source_id, progress.DELETE))
+                session.add(job_item(job_id, kb_id, source_id, progress.DELETE))
             for source_id, message in plan.errors:
                 session.add(
-                    _item(job_id, kb_id, source_id, progress.CHECK, status=JobItemStatus.FAILED, message=message)
+                    job_item(job_id, kb_id, source_id, progress.CHECK, status=JobItemStatus.FAILED, message=message)
                 )
         return job_id
 
@@ -130,14 +130,14 @@ class JobService:
         job_id = new_id()
         with transaction(self._sessions) as session:
             load_kb(session, kb_id)
-            session.add(_running_job(job_id, "retry", kb_id, utcnow()))
+            session.add(running_job(job_id, "retry", kb_id, utcnow()))
             session.flush()
             failed = session.scalars(
                 select(Document).where(Document.kb_id == kb_id, Document.status == DocumentStatus.FAILED)
             ).all()
             for document in failed:
                 _requeue(session, document)
-                session.add(_item(job_id, kb_id, document.source_id, progress.RETRY, sha=document.blob_sha256))
+                session.add(job_item(job_id, kb_id, document.source_id, progress.RETRY, sha=document.blob_sha256))
             document_ids = [document.id for document in failed]
         for document_id in document_ids:
             self._enqueue(document_id)
@@ -215,12 +215,16 @@ def _stored_documents(session: Session, kb_id: str) -> list[StoredDocument]:
     return [StoredDocument(*row) for row in rows]
 
 
-def _running_job(job_id: str, kind: str, kb_id: str, now: Any, unchanged: int = 0) -> Job:
+def running_job(
+    job_id: str, kind: str, kb_id: str, now: Any, *, unchanged: int = 0, params: dict[str, Any] | None = None
+) -> Job:
+    """A job that starts now (sync, retry, re-index); `params` is what it was asked to do."""
     return Job(
         id=job_id,
         kind=kind,
         kb_id=kb_id,
         status=JobStatus.RUNNING,
+        params=params or {},
         counts={"unchanged": unchanged},
         errors=[],
         created_at=now,
@@ -228,7 +232,7 @@ def _running_job(job_id: str, kind: str, kb_id: str, now: Any, unchanged: int = 
     )
 
 
-def _item(
+def job_item(
     job_id: str,
     kb_id: str,
     source_id: str,

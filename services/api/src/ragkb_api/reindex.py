@@ -9,10 +9,11 @@ from celery import Celery
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session, sessionmaker
 
+from ragkb_api.jobs import job_item, running_job
 from ragkb_api.schemas import ReindexRequest
 from ragkb_api.services import load_kb
 from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
+from ragkb_core.db.models import Document, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict, InvalidInput
 from ragkb_core.ids import new_id
 from ragkb_core.jobs import REINDEX
@@ -48,9 +49,9 @@ class ReindexService:
             target = ReindexTarget(
                 generation=generation, settings=settings, document_ids=[document_id for document_id, _ in documents]
             )
-            session.add(_reindex_job(job_id, kb_id, target))
+            session.add(running_job(job_id, REINDEX, kb_id, utcnow(), params=target.model_dump(mode="json")))
             session.flush()
-            session.add_all(_item(job_id, kb_id, source_id) for _, source_id in documents)
+            session.add_all(job_item(job_id, kb_id, source_id, REINDEX) for _, source_id in documents)
         if not documents:
             enqueue_finish_reindex(self._queue, job_id)
         for document_id, _ in documents:
@@ -90,34 +91,8 @@ def _check_embedding_model(kb: KnowledgeBase, requested: str | None) -> None:
         )
 
 
-def _reindex_job(job_id: str, kb_id: str, target: ReindexTarget) -> Job:
-    now = utcnow()
-    return Job(
-        id=job_id,
-        kind=REINDEX,
-        kb_id=kb_id,
-        status=JobStatus.RUNNING,
-        params=target.model_dump(mode="json"),
-        counts={},
-        errors=[],
-        created_at=now,
-        started_at=now,
-    )
-
-
 def _indexed_documents(session: Session, kb_id: str) -> list[tuple[str, str]]:
     query = select(Document.id, Document.source_id).where(
         Document.kb_id == kb_id, Document.indexed_version.is_not(None)
     )
     return [(document_id, source_id) for document_id, source_id in session.execute(query)]
-
-
-def _item(job_id: str, kb_id: str, source_id: str) -> JobItem:
-    return JobItem(
-        job_id=job_id,
-        kb_id=kb_id,
-        source_id=source_id,
-        action=REINDEX,
-        status=JobItemStatus.PENDING,
-        updated_at=utcnow(),
-    )
