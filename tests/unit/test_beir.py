@@ -17,8 +17,8 @@ from ragkb_api.beir import (
     to_qrels_tsv,
     to_queries_jsonl,
 )
-from ragkb_api.metrics import mean_scores, metric_names, score_queries
 from ragkb_core.errors import InvalidInput
+from ragkb_core.metrics import mean_scores, metric_names, score_queries
 
 QUERIES = b'{"_id": "1", "text": "first question"}\n{"_id": "2", "text": "second"}\n{"_id": "3", "text": "unjudged"}\n'
 QRELS = b"query-id\tcorpus-id\tscore\n1\tdoc-a\t1\n1\tdoc-b\t2\n2\tdoc-c\t1\n"

@@ -2,7 +2,7 @@
 
 Judgements are per document (a BEIR corpus id is a ragkb `source_id`) while a search ranks passages: each
 answer of up to `depth` passages is reduced to documents in rank order, a document's first passage giving
-its rank — exactly as bench/quality.py does — and the metrics (ragkb_api.metrics) score that ranking.
+its rank — exactly as bench/quality.py does — and the metrics (ragkb_core.metrics) score that ranking.
 The searches go through the same `search` a client calls, with the caller's key: access control and the
 key's search filter apply. They run in the request (no request timeout in uvicorn or Litestar), a few at
 a time; a SciFact train evaluation (809 queries) takes tens of seconds."""
@@ -27,9 +27,10 @@ from ragkb_api.evaluation_schemas import (
     RunResult,
     RunSpec,
 )
-from ragkb_api.metrics import MRR_AT_10, NDCG_AT_10, mean_scores, metric_names, recall_name, score_queries
 from ragkb_api.question_sets import QuestionSetService
 from ragkb_api.schemas import SearchRequest, SearchResponse
+from ragkb_core.metrics import MRR_AT_10, NDCG_AT_10, mean_scores, metric_names, recall_name, score_queries
+from ragkb_core.metrics import documents_in_rank_order as ranked_documents
 
 # Searches in flight at once for one evaluation: faster than one by one, without crowding out other clients.
 SEARCH_CONCURRENCY = 4
@@ -107,7 +108,7 @@ class EvaluationService:
 
 def documents_in_rank_order(response: SearchResponse) -> list[str]:
     """Passages → documents (source_ids), each where its first passage ranks."""
-    return list(dict.fromkeys(hit.source_id for hit in response.results))
+    return ranked_documents(hit.source_id for hit in response.results)
 
 
 def run_result(judged: JudgedQuestions, answers: dict[str, _Answer], depth: int, kb_id: str) -> RunResult:

@@ -1,5 +1,6 @@
 """Retrieval metrics of a ranked run against graded judgements, computed by ir-measures (trec_eval's code
-through pytrec_eval, and ir-measures' own RR@k).
+through pytrec_eval, and ir-measures' own RR@k). The one place they are defined: the api's evaluations and
+the worker's re-index quality gate both score with them.
 
 Definitions, the same as bench/quality.py's (common.ndcg_at_k): nDCG@10 with exponential gain 2^grade − 1
 and discount log2(rank + 1), the ideal ranking made from every judged document; Recall@k counts documents
@@ -10,7 +11,7 @@ judged query."""
 from __future__ import annotations
 
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import ir_measures
 
@@ -27,6 +28,12 @@ def recall_name(k: int) -> str:
 def metric_names(depth: int) -> list[str]:
     """The metrics an evaluation reports: nDCG@10, Recall@100 and Recall@depth (one when depth is 100), MRR@10."""
     return list(dict.fromkeys([NDCG_AT_10, recall_name(100), recall_name(depth), MRR_AT_10]))
+
+
+def documents_in_rank_order(source_ids: Iterable[str]) -> list[str]:
+    """An answer's passages (their source_ids, best first) reduced to documents, each where its first passage
+    ranks: judgements are per document, a search ranks passages."""
+    return list(dict.fromkeys(source_ids))
 
 
 def score_queries(qrels: Qrels, rankings: Rankings, depth: int) -> dict[str, dict[str, float]]:
