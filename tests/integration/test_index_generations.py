@@ -5,6 +5,7 @@ internal HTTP API is driven through RetrieverClient."""
 
 from __future__ import annotations
 
+import functools
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -16,18 +17,22 @@ from litestar.testing import TestClient
 from pydantic import SecretStr
 from qdrant_client import QdrantClient
 
+from ragkb_analyzer import bm25_encoder_for
 from ragkb_core import ids
-from ragkb_core.contracts import ChunkPoint, DocumentPoints, ScopeFilter, SparseTerms
+from ragkb_core.contracts import ChunkPoint, DocumentPoints, KbSearch, ScopeFilter, SearchQuery, SparseTerms
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_core.settings import QdrantSettings, RetrieverClientSettings
+from ragkb_core.settings import AnalyzerSettings, QdrantSettings, RetrieverClientSettings
 from ragkb_http import PROBLEM_HANDLERS, service_token_guard
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.filters import kb_filter
 from ragkb_retriever.index.port import GenerationInfo, IndexPoint, VectorIndex
 from ragkb_retriever.index.server import ServerIndex
 from ragkb_retriever.indexing import IndexService
+from ragkb_retriever.reranking import RerankerPool
 from ragkb_retriever.routes import IndexController
+from ragkb_retriever.searching import SearchService
+from ragkb_retriever.settings import RerankerSettings
 
 pytestmark = [
     pytest.mark.integration,
@@ -327,3 +332,36 @@ def test_a_reindex_through_the_internal_api(client: RetrieverClient) -> None:
     client.drop_generation(KB, 1)
     client.drop_generation(KB, wider)
     assert client.generations(KB).model_dump() == {"live": 2, "all": [2]}
+
+
+# -- searching a given generation (the re-index quality gate) -------------------------------------
+
+
+class _FixedQueryVector:
+    """The query side of an embedding model, for an index of random test vectors: one fixed vector."""
+
+    def embed_query(self, text: str) -> list[float]:
+        return [0.5] * DIM
+
+
+def test_a_search_reads_the_generation_it_names_and_the_live_one_otherwise(edge: EdgeIndex) -> None:
+    indexing = IndexService(edge, "test-model", DIM)
+    indexing.create_kb(KB)
+    indexing.write_document(_document("old", 4))
+    generation = indexing.create_generation(KB)
+    indexing.write_document(_document("new", 3), generation=generation)
+    bm25_for = functools.partial(bm25_encoder_for, settings=AnalyzerSettings())
+    search = SearchService(edge, _FixedQueryVector(), bm25_for, RerankerPool(RerankerSettings(model=None)))
+
+    def found(generation: int | None) -> set[str]:
+        kb = KbSearch(kb_id=KB, generation=generation)
+        result = search.search(SearchQuery(query="anything", knowledge_bases=[kb], mode="semantic"))
+        return {hit.document_id for hit in result.results}
+
+    try:
+        assert found(None) == found(1) == {"old"}
+        assert found(generation) == {"new"}
+        with pytest.raises(NotFound):
+            found(9)
+    finally:
+        search.close()

@@ -96,6 +96,9 @@ class KbSearch(BaseModel):
     kb_id: str
     retrieval: KbRetrieval = Field(default_factory=KbRetrieval)
     analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
+    # The index generation to search; None: the live one. Internal only (the public search never sets it):
+    # the re-index quality gate searches the new generation before it serves, and the old one beside it.
+    generation: int | None = Field(default=None, ge=1)
 
 
 class SearchQuery(BaseModel):

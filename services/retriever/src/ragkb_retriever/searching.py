@@ -206,6 +206,7 @@ class SearchService:
                 # A leg of weight 0 does not run at all (above); the weights matter only when both run.
                 weights=(retrieval.dense_weight or 1.0, retrieval.keyword_weight or 1.0),
                 fusion=retrieval.fusion,
+                generation=part.kb.generation,
             )
             return _annotated_hits(part.kb.kb_id, legs), legs
 
