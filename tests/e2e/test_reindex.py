@@ -146,3 +146,87 @@ def _search_all(ragkb: RunningRagkb, kb_id: str) -> list[dict[str, Any]]:
         body = {"query": "travel expense claims", "knowledge_base_ids": [kb_id], "top_k": 100, "mode": mode}
         hits += ragkb.client.post("/v1/search", json=body).json()["results"]
     return hits
+
+
+# Each note: one line that answers its question, then a paragraph every note shares. A noise pattern that drops
+# the answering lines (a boilerplate rule written too broadly) leaves notes that differ only in their titles.
+GATE_FACTS = {
+    "note-1": (
+        "Fact: the canteen serves vegetarian curry every Tuesday.",
+        "What does the canteen serve on Tuesday?",
+    ),
+    "note-2": ("Fact: bicycles are parked in the underground garage behind gate B.", "Where do I park my bicycle?"),
+    "note-3": ("Fact: the fire drill takes place on the first Monday of March.", "When is the fire drill?"),
+    "note-4": ("Fact: printer toner is ordered through the facilities desk.", "How do I order printer toner?"),
+    "note-5": ("Fact: visitors receive a badge at reception and must return it.", "What happens to visitor badges?"),
+    "note-6": ("Fact: the library lends laptops for up to two weeks.", "How long can I borrow a laptop?"),
+}
+SHARED = (
+    "This note belongs to the office handbook. Questions about it go to the office manager, who keeps the "
+    "handbook up to date and announces changes in the weekly newsletter."
+)
+DROP_FACTS = {"noise_patterns": ["^Fact:"]}
+
+
+@pytest.fixture
+def gated_kb(ragkb: RunningRagkb) -> Iterator[str]:
+    kb_id = ragkb.create_kb(f"gate-{time.monotonic_ns()}")
+    ids = []
+    for source_id, (fact, _) in GATE_FACTS.items():
+        body = {"source_id": source_id, "title": source_id, "text": f"{fact}\n\n{SHARED}"}
+        response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body)
+        assert response.status_code == 202, response.text
+        ids.append(str(response.json()["id"]))
+    for document_id in ids:
+        assert ragkb.wait_document(kb_id, document_id)["status"] == "done"
+    question_set = {
+        "name": "handbook",
+        "queries": [{"id": source_id, "text": question} for source_id, (_, question) in GATE_FACTS.items()],
+        "qrels": {source_id: {source_id: 1} for source_id in GATE_FACTS},
+        "quality_gate": True,
+    }
+    response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/question-sets", json=question_set)
+    assert response.status_code == 201, response.text
+    yield kb_id
+    ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
+
+
+def _reindex(ragkb: RunningRagkb, kb_id: str, body: dict[str, Any]) -> dict[str, Any]:
+    response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/reindex", json=body)
+    assert response.status_code == 202, response.text
+    return _wait_job(ragkb, response.json()["id"])
+
+
+def _top_text(ragkb: RunningRagkb, kb_id: str) -> str:
+    body = {"query": "When is the fire drill?", "knowledge_base_ids": [kb_id], "top_k": 1}
+    return str(ragkb.client.post("/v1/search", json=body).json()["results"][0]["text"])
+
+
+def test_quality_gate_refuses_a_worse_generation_until_skipped(ragkb: RunningRagkb, gated_kb: str) -> None:
+    kb_id = gated_kb
+    same = _reindex(ragkb, kb_id, {})
+    assert same["status"] == "succeeded", same
+    check = same["quality_check"]
+    assert check["skipped"] is None and check["passed"] and check["queries"] == len(GATE_FACTS)
+    assert check["new_ndcg_at_10"] >= check["old_ndcg_at_10"] - check["tolerance"]
+    serving = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+
+    refused = _reindex(ragkb, kb_id, {"chunking": DROP_FACTS})
+    assert refused["status"] == "failed", refused
+    check = refused["quality_check"]
+    assert not check["passed"] and check["old_ndcg_at_10"] > 0.9 and check["new_ndcg_at_10"] < 0.85, check
+    message = " ".join(error["message"] for error in refused["errors"])
+    assert "quality gate" in message
+    assert f"{check['old_ndcg_at_10']:.4f}" in message and f"{check['new_ndcg_at_10']:.4f}" in message
+    # The old generation still serves, with its settings, and the rollback target is unchanged.
+    assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()["chunking"] == serving["chunking"]
+    assert "fire drill" in _top_text(ragkb, kb_id)
+
+    forced = _reindex(ragkb, kb_id, {"chunking": DROP_FACTS, "skip_quality_gate": True})
+    assert forced["status"] == "succeeded", forced
+    assert forced["quality_check"]["skipped"] and forced["quality_check"]["old_ndcg_at_10"] is None
+    assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()["chunking"]["noise_patterns"] == ["^Fact:"]
+    assert "Fact:" not in _top_text(ragkb, kb_id)
+    # The rollback goes back to the generation that passed the gate.
+    assert ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/rollback").status_code == 200
+    assert "fire drill" in _top_text(ragkb, kb_id)

@@ -1,9 +1,11 @@
 """Re-indexing a KB: what the job builds, which generations serve, and how its items settle.
 
 A re-index builds a new index generation from the stored originals while the live one serves; the worker
-writes every document into it, then checks it (every indexed document present at its live version) and
-switches the KB's alias to it in one step. The previous generation is kept for a rollback. Shared by the api
-(which starts jobs and rolls back) and the worker (which builds, checks and switches)."""
+writes every document into it, then checks it (every indexed document present at its live version, and,
+when the KB has a quality-gate question set, retrieval not worse than the serving generation's: see
+ragkb_core.quality_gate) and switches the KB's alias to it in one step. The previous generation is kept for
+a rollback. Shared by the api (which starts jobs and rolls back) and the worker (which builds, checks and
+switches)."""
 
 from __future__ import annotations
 
@@ -33,6 +35,9 @@ class ReindexTarget(BaseModel):
     # The documents the job started with: one deleted meanwhile may still have been written into the new
     # generation by a build already under way, so the check removes those that no longer exist.
     document_ids: list[str] = []
+    # An operator's override: switch even when the new generation scores worse on the KB's quality-gate
+    # question set (ragkb_core.quality_gate).
+    skip_quality_gate: bool = False
 
 
 class IndexState(BaseModel):

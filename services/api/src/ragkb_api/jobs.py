@@ -36,6 +36,7 @@ from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItem
 from ragkb_core.errors import Conflict, Forbidden, NotFound, RagkbError
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbSync
+from ragkb_core.quality_gate import QualityCheck
 from ragkb_core.queue import enqueue_ingest
 from ragkb_core.settings import JobSettings
 
@@ -308,4 +309,10 @@ def _job_out(session: Session, job: Job) -> JobOut:
         created_at=job.created_at,
         started_at=job.started_at,
         finished_at=job.finished_at,
+        quality_check=_quality_check(job),
     )
+
+
+def _quality_check(job: Job) -> QualityCheck | None:
+    recorded = job.params.get("quality_check") if job.params else None
+    return QualityCheck.model_validate(recorded) if recorded else None

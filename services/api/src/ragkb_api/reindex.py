@@ -47,7 +47,10 @@ class ReindexService:
             # Inside the transaction: if the generation cannot be made, no job is left behind.
             generation = self._retriever.create_generation(kb_id)
             target = ReindexTarget(
-                generation=generation, settings=settings, document_ids=[document_id for document_id, _ in documents]
+                generation=generation,
+                settings=settings,
+                document_ids=[document_id for document_id, _ in documents],
+                skip_quality_gate=request.skip_quality_gate,
             )
             session.add(running_job(job_id, REINDEX, kb_id, utcnow(), params=target.model_dump(mode="json")))
             session.flush()
@@ -84,9 +87,13 @@ def _locked_kb(session: Session, kb_id: str) -> KnowledgeBase:
 
 def _check_embedding_model(kb: KnowledgeBase, requested: str | None) -> None:
     if requested is not None and requested != kb.embedding_model:
+        # Not yet possible: the worker and the retriever each hold one embedder (RAGKB_EMBEDDING__MODEL) and
+        # encode every KB's passages and queries with it; a per-KB model needs an embedder per model id in both.
         raise InvalidInput(
-            f"this server embeds with {kb.embedding_model!r} only: a re-index to another model needs the worker "
-            "and retriever configured with it (RAGKB_EMBEDDING__MODEL), then a re-index naming it",
+            f"this server embeds with {kb.embedding_model!r} only: changing a knowledge base's embedding model "
+            f"(to {requested!r}) is not supported, because the worker and the retriever run one embedding model "
+            "for every knowledge base; to use another model, run a server configured with it "
+            "(RAGKB_EMBEDDING__MODEL) and sync the documents into a knowledge base there",
             embedding_model=kb.embedding_model,
         )
 

@@ -11,6 +11,7 @@ from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
 from ragkb_core.contracts import DocType, MetadataValue, SearchHit, SearchMode, SearchResult
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync, RetrievalOverrides
+from ragkb_core.quality_gate import QualityCheck
 
 MAX_LABELS = 50
 MAX_LABEL_CHARS = 100
@@ -549,6 +550,8 @@ class JobOut(BaseModel):
     created_at: UtcDateTime
     started_at: UtcDateTime | None
     finished_at: UtcDateTime | None
+    # A re-index that reached its check: the quality gate's figures (or why there was no comparison).
+    quality_check: QualityCheck | None = None
 
 
 class ReindexRequest(BaseModel):
@@ -558,3 +561,6 @@ class ReindexRequest(BaseModel):
     chunking: KbChunking | None = None
     analyzer: KbAnalyzer | None = None
     embedding_model: str | None = Field(default=None, min_length=1, max_length=200)
+    # Switch even when the new generation scores worse on the KB's quality-gate question set (the check still
+    # runs the document checks; the job records that the gate was skipped).
+    skip_quality_gate: bool = False

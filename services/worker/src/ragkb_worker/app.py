@@ -16,6 +16,7 @@ from ragkb_models import load_embedder
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.health import start_health_server
 from ragkb_worker.pipeline import IngestPipeline
+from ragkb_worker.quality_gate import QualityGate
 from ragkb_worker.reindexing import Reindexer
 from ragkb_worker.settings import WorkerSettings
 from ragkb_worker.sweeper import Sweeper
@@ -47,10 +48,13 @@ def create_worker_app(settings: WorkerSettings) -> Celery:
     runtime = functools.cache(lambda: build_pipeline(settings))
 
     def build_reindexer() -> Reindexer:
+        sessions = build_session_factory(build_engine(settings.database))
+        retriever = RetrieverClient(settings.retriever, settings.service_token)
         return Reindexer(
-            build_session_factory(build_engine(settings.database)),
+            sessions,
             runtime()[1],
-            RetrieverClient(settings.retriever, settings.service_token),
+            retriever,
+            QualityGate(sessions, retriever),
             functools.partial(enqueue_finish_reindex, app),
         )
 

@@ -1,5 +1,9 @@
 """Re-index a KB into a new index generation, check it, switch to it (ragkb_core.reindexing).
 
+The check is twofold: every indexed document present at its live version, then the quality gate
+(ragkb_worker.quality_gate) when the KB has a quality-gate question set; a refused switch fails the job
+with both nDCG@10 figures, leaves the old generation serving and drops the new one.
+
 Documents are rebuilt from their stored originals with the job's settings at the version that is live, and
 written into the new generation only: nothing a search sees changes until the switch. Documents that change
 while the job runs (a new upload, a deletion) are caught up by the check, which runs until the new generation
@@ -18,10 +22,12 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.jobs import REINDEX, finish_if_settled
+from ragkb_core.quality_gate import QualityCheck
 from ragkb_core.reindexing import BuildSettings, IndexState, ReindexTarget, settle_reindex_item
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_worker.documents import Claim, claim_of
 from ragkb_worker.pipeline import IngestPipeline
+from ragkb_worker.quality_gate import QualityGate
 
 _log = logging.getLogger("ragkb.worker")
 # Catch-up rounds before the switch; each round rebuilds what changed during the previous one.
@@ -41,11 +47,13 @@ class Reindexer:
         sessions: sessionmaker[Session],
         pipeline: IngestPipeline,
         retriever: RetrieverClient,
+        gate: QualityGate,
         enqueue_finish: Callable[[str], None],
     ) -> None:
         self._sessions = sessions
         self._pipeline = pipeline
         self._retriever = retriever
+        self._gate = gate
         self._enqueue_finish = enqueue_finish
 
     def reindex_document(self, job_id: str, document_id: str) -> str:
@@ -72,7 +80,8 @@ class Reindexer:
         return "failed" if message else "done"
 
     def finish(self, job_id: str) -> str:
-        """Catch up, check, switch. Idempotent: a finished job is left alone."""
+        """Catch up, check (every document, then the quality gate), switch. Idempotent: a finished job is
+        left alone."""
         with self._sessions() as session:
             job = session.get(Job, job_id)
             if job is None or job.status != JobStatus.RUNNING or job.kind != REINDEX or job.kb_id is None:
@@ -81,6 +90,13 @@ class Reindexer:
         missing = self._catch_up(job_id, kb_id, target)
         if missing:
             return self._fail(job_id, f"the new generation still lacks {len(missing)} documents: {missing[:5]}")
+        check = self._gate.check(kb_id, target)
+        self._record_check(job_id, check)
+        if not check.passed:
+            # Dropped, not kept: nothing can search a generation that is not live, and it holds a full copy of
+            # the KB's index; the job keeps both figures, and a re-index with skip_quality_gate rebuilds it.
+            self._retriever.drop_generation(kb_id, target.generation)
+            return self._fail(job_id, check.refusal())
         live, previous = self._retriever.switch_generation(kb_id, target.generation)
         self._record_switch(job_id, kb_id, target, previous)
         _log.info("KB %s: switched to generation %d (previous %d)", kb_id, live, previous)
@@ -149,6 +165,14 @@ class Reindexer:
             )
             finish_if_settled(session, job_id)
         self._drop_older_generations(kb_id, keep={target.generation, previous})
+
+    def _record_check(self, job_id: str, check: QualityCheck) -> None:
+        with transaction(self._sessions) as session:
+            job = session.get_one(Job, job_id)
+            # A new dict: the JSON column notices a replaced value, not one changed in place.
+            job.params = {**job.params, "quality_check": check.model_dump(mode="json")}
+        if check.skipped is None:
+            _log.info("re-index job %s: nDCG@10 %s → %s", job_id, check.old_ndcg_at_10, check.new_ndcg_at_10)
 
     def _drop_older_generations(self, kb_id: str, keep: set[int]) -> None:
         for generation in self._retriever.generations(kb_id).all:
