@@ -72,8 +72,9 @@ class EvaluationService:
         self._concurrency = concurrency
 
     def evaluate(self, kb_id: str, request: EvaluationRequest, caller: Caller) -> EvaluationOut:
-        """Score the set under `request`'s mode and settings (and `compare`'s, when given). Also the
-        re-index quality gate's entry point: run it with the KB's gate set (QuestionSetService.quality_gate)."""
+        """Score the set under `request`'s mode and settings (and `compare`'s, when given). The re-index
+        quality gate scores the KB's gate set in the worker instead (ragkb_worker.quality_gate), per index
+        generation, with the same metrics (ragkb_core.metrics)."""
         started = time.perf_counter()
         judged = self._question_sets.load(kb_id, request.question_set_id, request.max_queries)
         base = self._run(kb_id, judged, request, request.depth, caller)
