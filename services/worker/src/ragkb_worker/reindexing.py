@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
+from ragkb_core.errors import RagkbError
 from ragkb_core.jobs import REINDEX, finish_if_settled
 from ragkb_core.quality_gate import QualityCheck
 from ragkb_core.reindexing import BuildSettings, IndexState, ReindexTarget, settle_reindex_item
@@ -90,7 +91,10 @@ class Reindexer:
         missing = self._catch_up(job_id, kb_id, target)
         if missing:
             return self._fail(job_id, f"the new generation still lacks {len(missing)} documents: {missing[:5]}")
-        check = self._gate.check(kb_id, target)
+        try:
+            check = self._gate.check(kb_id, target)
+        except RagkbError as exc:  # e.g. the retriever unreachable: no switch without a verdict
+            return self._fail(job_id, f"the quality gate could not run ({exc.detail}); the old generation serves")
         self._record_check(job_id, check)
         if not check.passed:
             # Dropped, not kept: nothing can search a generation that is not live, and it holds a full copy of
