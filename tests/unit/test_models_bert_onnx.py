@@ -1,5 +1,6 @@
-"""The hand-built ONNX graph computes what transformers' BertModel + mean pooling + L2 normalisation compute,
-checked on a small randomly initialised BERT saved in the Hugging Face format."""
+"""The hand-built ONNX graphs compute what transformers computes: BertModel + mean pooling + L2 normalisation
+(the embedder), and BertForSequenceClassification's one relevance logit (the reranker), checked on small
+randomly initialised BERTs saved in the Hugging Face format."""
 
 from __future__ import annotations
 
@@ -10,15 +11,13 @@ import onnxruntime as ort
 import pytest
 import torch
 from numpy.typing import NDArray
-from transformers import BertConfig, BertModel
+from transformers import BertConfig, BertForSequenceClassification, BertModel
 
-from ragkb_models.bert_onnx import BertShape, write_bert_onnx
+from ragkb_models.bert_onnx import BertShape, write_bert_onnx, write_cross_encoder_onnx
 from ragkb_models.errors import ModelError
 
 
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> tuple[BertModel, Path]:
-    torch.manual_seed(0)
+def tiny_config(num_labels: int = 1) -> BertConfig:
     config = BertConfig(
         vocab_size=100,
         hidden_size=64,
@@ -27,7 +26,14 @@ def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> tuple[BertModel, Path
         intermediate_size=128,
         max_position_embeddings=32,
     )
-    model = BertModel(config).eval()  # type: ignore[no-untyped-call]
+    config.num_labels = num_labels
+    return config
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory: pytest.TempPathFactory) -> tuple[BertModel, Path]:
+    torch.manual_seed(0)
+    model = BertModel(tiny_config()).eval()  # type: ignore[no-untyped-call]
     folder = tmp_path_factory.mktemp("tiny-bert")
     model.save_pretrained(folder)
     write_bert_onnx(folder, folder / "model.onnx")
@@ -72,3 +78,27 @@ def test_only_absolute_position_bert_models_are_accepted(tmp_path: Path) -> None
     (tmp_path / "config.json").write_text('{"model_type": "xlm-roberta", "hidden_size": 8}')
     with pytest.raises(ModelError, match="only BERT"):
         BertShape.from_config(tmp_path / "config.json")
+
+
+def test_relevance_graph_matches_bert_for_sequence_classification(tmp_path: Path) -> None:
+    torch.manual_seed(2)
+    model = BertForSequenceClassification(tiny_config()).eval()
+    model.save_pretrained(tmp_path)
+    write_cross_encoder_onnx(tmp_path, tmp_path / "model.onnx")
+    rng = np.random.default_rng(3)
+    ids = rng.integers(4, 100, size=(3, 9), dtype=np.int64)
+    mask = np.ones_like(ids)
+    mask[2, 4:] = 0
+    ids[mask == 0] = 1
+    session = ort.InferenceSession(str(tmp_path / "model.onnx"), providers=["CPUExecutionProvider"])
+    (actual,) = session.run(["logits"], {"input_ids": ids, "attention_mask": mask})
+    with torch.no_grad():
+        expected = model(input_ids=torch.from_numpy(ids), attention_mask=torch.from_numpy(mask)).logits.numpy()
+    assert actual.shape == (3, 1)
+    np.testing.assert_allclose(actual, expected, atol=2e-5)
+
+
+def test_only_one_label_cross_encoders_are_built(tmp_path: Path) -> None:
+    BertForSequenceClassification(tiny_config(num_labels=2)).save_pretrained(tmp_path)
+    with pytest.raises(ModelError, match="one-label"):
+        write_cross_encoder_onnx(tmp_path, tmp_path / "model.onnx")

@@ -1,5 +1,9 @@
-"""Writes an ONNX graph for a sentence-transformers BERT folder: the encoder, mean pooling over the attention
-mask and L2 normalisation, with `input_ids` and `attention_mask` in and `sentence_embedding` out.
+"""Writes ONNX graphs for BERT folders, with `input_ids` and `attention_mask` in and one of two heads:
+
+- `sentence_embedding`: a sentence-transformers embedding folder — mean pooling over the attention mask and
+  L2 normalisation;
+- `logits`: a cross-encoder (transformers `BertForSequenceClassification`, one label) — the first token through
+  the pooler (dense + tanh) and the classifier; one relevance logit per (query, passage) pair.
 
 The graph is built here from the folder's weights instead of being traced: tracing transformers 5 models
 with the TorchScript exporter bakes shapes in, the dynamo exporter needs onnxscript, and optimum-onnx (what
@@ -26,6 +30,9 @@ from ragkb_models.errors import ModelError
 OPSET = 17
 INPUT_NAMES = ("input_ids", "attention_mask")
 OUTPUT_NAME = "sentence_embedding"
+RELEVANCE_OUTPUT_NAME = "logits"
+# A BertForSequenceClassification checkpoint prefixes the encoder's weights with this.
+CLASSIFIER_ENCODER_PREFIX = "bert."
 
 
 @dataclass(frozen=True)
@@ -51,15 +58,36 @@ def write_bert_onnx(model_dir: Path, output: Path) -> None:
     onnx.save_model(build_bert_graph(shape, weights), str(output))
 
 
+def write_cross_encoder_onnx(model_dir: Path, output: Path) -> None:
+    """The relevance graph of a one-label BertForSequenceClassification folder (config.json, model.safetensors)."""
+    shape = BertShape.from_config(model_dir / "config.json")
+    weights = load_file(str(model_dir / "model.safetensors"))
+    onnx.save_model(build_cross_encoder_graph(shape, weights), str(output))
+
+
 def build_bert_graph(shape: BertShape, weights: dict[str, NDArray[np.float32]]) -> onnx.ModelProto:
     graph = _GraphBuilder(weights)
+    x = _encoder(graph, shape)
+    graph.mean_pool_normalised(x, graph.node("Cast", ["attention_mask"], to=TensorProto.FLOAT))
+    return graph.model(OUTPUT_NAME, shape.hidden)
+
+
+def build_cross_encoder_graph(shape: BertShape, weights: dict[str, NDArray[np.float32]]) -> onnx.ModelProto:
+    encoder = {k.removeprefix(CLASSIFIER_ENCODER_PREFIX): v for k, v in weights.items()}
+    if encoder["classifier.weight"].shape[0] != 1:
+        raise ModelError("only one-label cross-encoders (one relevance logit per pair) can be built as ONNX")
+    graph = _GraphBuilder(encoder)
+    graph.relevance_logit(_encoder(graph, shape))
+    return graph.model(RELEVANCE_OUTPUT_NAME, 1)
+
+
+def _encoder(graph: _GraphBuilder, shape: BertShape) -> str:
     x = graph.embeddings(shape.layer_norm_eps)
     # The fused Attention op takes the raw (batch, sequence) 0/1 mask as int32.
     key_mask = graph.node("Cast", ["attention_mask"], to=TensorProto.INT32)
     for layer in range(shape.layers):
         x = graph.encoder_layer(x, f"encoder.layer.{layer}", shape, key_mask)
-    graph.mean_pool_normalised(x, graph.node("Cast", ["attention_mask"], to=TensorProto.FLOAT))
-    return graph.model(shape.hidden)
+    return x
 
 
 class _GraphBuilder:
@@ -164,10 +192,18 @@ class _GraphBuilder:
         self.nodes.append(helper.make_node("Div", [mean, norm], [OUTPUT_NAME], name=OUTPUT_NAME))
         return OUTPUT_NAME
 
-    def model(self, hidden: int) -> onnx.ModelProto:
+    def relevance_logit(self, x: str) -> str:
+        # BertPooler: the first token's hidden state through dense + tanh; then the one-label classifier.
+        first = self.node("Gather", [x, self.const("zero_i64", np.array(0, np.int64))], axis=1)
+        pooled = self.node("Tanh", [self.linear(first, "pooler.dense")])
+        logit = self.linear(pooled, "classifier")
+        self.nodes.append(helper.make_node("Identity", [logit], [RELEVANCE_OUTPUT_NAME], name=RELEVANCE_OUTPUT_NAME))
+        return RELEVANCE_OUTPUT_NAME
+
+    def model(self, output: str, width: int) -> onnx.ModelProto:
         inputs = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "sequence"]) for n in INPUT_NAMES]
-        outputs = [helper.make_tensor_value_info(OUTPUT_NAME, TensorProto.FLOAT, ["batch", hidden])]
-        graph = helper.make_graph(self.nodes, "bert_sentence_embedding", inputs, outputs, self.initializers)
+        outputs = [helper.make_tensor_value_info(output, TensorProto.FLOAT, ["batch", width])]
+        graph = helper.make_graph(self.nodes, f"bert_{output}", inputs, outputs, self.initializers)
         model = helper.make_model(
             graph,
             opset_imports=[helper.make_opsetid("", OPSET), helper.make_opsetid("com.microsoft", 1)],

@@ -20,9 +20,11 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
+from ragkb_models.cross_encoder import CrossEncoderModel, load_cross_encoder
 from ragkb_retriever.settings import RerankerSettings
 
 logger = logging.getLogger(__name__)
@@ -142,7 +144,7 @@ class _ModelSlot:
         self.name = name
         self._settings = settings
         self._load_lock = threading.Lock()
-        self._encoder: Any = None
+        self._encoder: CrossEncoderModel | None = None
         self._failure: str | None = None
         self._failed_at = 0.0
         self._load_attempts = 0
@@ -160,7 +162,7 @@ class _ModelSlot:
 
     def _warm(self) -> None:
         # The first call allocates and initialises: not timed, so it does not skew the estimate.
-        self._loaded().predict([("warm up", "warm up")], show_progress_bar=False)
+        self._loaded().logits([("warm up", "warm up")], batch_size=1)
 
     def stats(self) -> RerankerStats:
         return RerankerStats(
@@ -198,12 +200,7 @@ class _ModelSlot:
     def _predict(self, query: str, texts: list[str]) -> list[float]:
         encoder = self._loaded()
         started = time.perf_counter()
-        logits = encoder.predict(
-            [(query, text) for text in texts],
-            batch_size=self._settings.batch_size,
-            show_progress_bar=False,
-            convert_to_tensor=True,
-        )
+        logits = encoder.logits([(query, text) for text in texts], batch_size=self._settings.batch_size)
         self._learn((time.perf_counter() - started) * 1000 / len(texts))
         return to_unit_interval(logits)
 
@@ -215,7 +212,7 @@ class _ModelSlot:
             ms_per_pair if previous is None else ESTIMATE_WEIGHT * ms_per_pair + (1 - ESTIMATE_WEIGHT) * previous
         )
 
-    def _loaded(self) -> Any:
+    def _loaded(self) -> CrossEncoderModel:
         with self._load_lock:
             if self._encoder is not None:
                 return self._encoder
@@ -224,11 +221,11 @@ class _ModelSlot:
             self._encoder = self._load()
             return self._encoder
 
-    def _load(self) -> Any:
+    def _load(self) -> CrossEncoderModel:
         self._load_attempts += 1
         started = time.perf_counter()
         try:
-            encoder = load_cross_encoder(self.name, self._settings)
+            encoder = load_cross_encoder(self.name, self._settings.max_length, self._settings.device)
         except Exception as error:
             logger.exception("reranker %r could not be loaded", self.name)
             self._failure = f"reranker {self.name!r} could not be loaded: {type(error).__name__}: {error}"
@@ -239,34 +236,13 @@ class _ModelSlot:
         return encoder
 
 
-def load_cross_encoder(name: str, settings: RerankerSettings) -> Any:
-    import torch
-    from sentence_transformers import CrossEncoder
-
-    if _looks_like_path(name):
-        folder = Path(name).expanduser()
-        if not folder.is_dir():
-            # Otherwise a missing folder is taken for a hub id: a confusing error, or a network wait.
-            raise FileNotFoundError(f"no model folder at {folder}")
-        name = str(folder)
-    return CrossEncoder(
-        name,
-        max_length=settings.max_length,
-        device=settings.device,
-        # Raw logits out; the mapping to 0–1 is ours (to_unit_interval), whatever the model's config says.
-        activation_fn=torch.nn.Identity(),
-    )
-
-
-def to_unit_interval(logits: Any) -> list[float]:
-    """Map a CrossEncoder's raw logits (a tensor: one per pair, or one row of label logits per pair) to 0–1:
-    sigmoid for one label, the softmax probability of the last label for several."""
-    import torch
-
-    probabilities = torch.sigmoid(logits) if logits.ndim == 1 else torch.softmax(logits, dim=-1)[:, -1]
-    scores: list[float] = probabilities.float().cpu().tolist()
-    return scores
-
-
-def _looks_like_path(name: str) -> bool:
-    return name.startswith(("/", "./", "../", "~")) or Path(name).exists()
+def to_unit_interval(logits: NDArray[np.float32]) -> list[float]:
+    """Map raw cross-encoder logits (one per pair, or one row of label logits per pair) to 0–1: sigmoid for one
+    label, the softmax probability of the last label for several."""
+    values = np.asarray(logits, dtype=np.float64)
+    if values.ndim == 2 and values.shape[1] == 1:
+        values = values[:, 0]
+    if values.ndim == 1:
+        return [float(p) for p in 1.0 / (1.0 + np.exp(-values))]
+    shifted = np.exp(values - values.max(axis=1, keepdims=True))
+    return [float(p) for p in shifted[:, -1] / shifted.sum(axis=1)]
