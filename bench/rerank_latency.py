@@ -2,10 +2,11 @@
 candidate multiplier 7) through `RerankerPool`, on real passages (SciFact, English; JSQuAD, Japanese, read in
 place), p50/p95 over repetitions, each with another query and another slice of the corpus.
 
-No cross-encoder ships offline: pass a model id or folder (any sentence-transformers CrossEncoder). The model is
-loaded and warmed up before timing; the budget is unlimited, so every run is measured to its end.
+The default model is ragkb's own packaged reranker (models/reranker/); any sentence-transformers CrossEncoder id
+or folder can be passed instead. The model is loaded and warmed up before timing; the budget is unlimited, so
+every run is measured to its end.
 
-    python bench/rerank_latency.py MODEL [--candidates 84] [--repetitions 20] [--max-length 256] [--batch-size 32]
+    python bench/rerank_latency.py [MODEL] [--candidates 84] [--repetitions 20] [--max-length 256] [--batch-size 32]
 
 Results: bench/results/rerank-latency.json and .md.
 """
@@ -21,6 +22,7 @@ from typing import Any
 
 from common import DATA, RESULTS, percentile, read_jsonl, save_result
 
+from ragkb_models.cross_encoder import PACKAGED_RERANKER
 from ragkb_retriever.reranking import RerankerPool
 from ragkb_retriever.settings import RerankerSettings
 
@@ -85,7 +87,9 @@ def markdown(model: str, args: argparse.Namespace, rows: list[dict[str, Any]]) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("model", help="a sentence-transformers CrossEncoder id or folder")
+    parser.add_argument(
+        "model", nargs="?", default=PACKAGED_RERANKER, help="the packaged reranker, or a CrossEncoder id or folder"
+    )
     parser.add_argument("--candidates", type=int, default=84)
     parser.add_argument("--repetitions", type=int, default=20)
     parser.add_argument("--max-length", type=int, default=256)
