@@ -120,7 +120,8 @@ def main() -> None:
 
     documents = documents_of(http, kb_id)
     chunks = sum(document["chunk_count"] for document in documents)
-    raw = {"chunks_per_s": float("nan")} if args.skip_raw else raw_encode_rate(corpus, args.raw_sample)
+    # Skipped: null in the results (JSON has no NaN), and no efficiency figure.
+    raw = None if args.skip_raw else raw_encode_rate(corpus, args.raw_sample)
     pipeline_rate = chunks / elapsed
     result = {
         "corpus": args.corpus,
@@ -135,7 +136,7 @@ def main() -> None:
         "documents_per_s": round(len(corpus) / elapsed, 2),
         "chunks_per_s": round(pipeline_rate, 2),
         "raw_encode": raw,
-        "efficiency": round(pipeline_rate / raw["chunks_per_s"], 3),
+        "efficiency": None if raw is None else round(pipeline_rate / raw["chunks_per_s"], 3),
         "stage_share": stage_shares(documents),
     }
     path = save_result(f"ingest-{name}", result)
@@ -143,7 +144,7 @@ def main() -> None:
         f"| corpus | docs | chunks | seconds | docs/s | chunks/s | raw encode chunks/s | efficiency |\n"
         f"|---|---|---|---|---|---|---|---|\n"
         f"| {args.corpus} | {len(corpus)} | {chunks} | {elapsed:.1f} | {result['documents_per_s']} | "
-        f"{result['chunks_per_s']} | {raw['chunks_per_s']} | {result['efficiency']} |\n"
+        f"{result['chunks_per_s']} | {raw['chunks_per_s'] if raw else 'skipped'} | {result['efficiency']} |\n"
         f"stage share of worker time: {result['stage_share']}\nfailed: {counts['failed']}\nsaved {path}"
     )
 
