@@ -13,12 +13,12 @@ from ragkb_core.contracts import KbGenerations, SearchHit, SearchQuery, SearchRe
 from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
 from ragkb_core.db.models import Judgement, KnowledgeBase, Question, QuestionSet
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+from ragkb_core.metrics import Question as JudgedQuestion
 from ragkb_core.quality_gate import (
     NDCG_TOLERANCE,
     SKIPPED_BY_REQUEST,
     SKIPPED_FIRST_INDEX,
     SKIPPED_NO_SET,
-    GateQuestion,
     GateSet,
     QualityCheck,
     ndcg_at_10,
@@ -105,7 +105,7 @@ def test_the_decision_allows_noise_within_the_tolerance_and_nothing_more() -> No
 
 
 def test_ndcg_scores_every_judged_query_and_a_missing_answer_as_zero() -> None:
-    gate = GateSet("s", [GateQuestion("q1", "a"), GateQuestion("q2", "b")], {"q1": {"d1": 1}, "q2": {"d2": 1}})
+    gate = GateSet([JudgedQuestion("q1", "a"), JudgedQuestion("q2", "b")], {"q1": {"d1": 1}, "q2": {"d2": 1}}, "s")
     assert ndcg_at_10(gate, {"q1": ["d1"], "q2": ["d2", "x"]}) == 1.0
     assert ndcg_at_10(gate, {"q1": ["d1"]}) == 0.5
     assert ndcg_at_10(gate, {"q1": ["x", "d1"], "q2": ["d2"]}) == pytest.approx((1 / 1.58496 + 1) / 2, abs=1e-4)

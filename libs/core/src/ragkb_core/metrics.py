@@ -12,12 +12,29 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import ir_measures
 
 Qrels = Mapping[str, Mapping[str, int]]
 Rankings = Mapping[str, Sequence[str]]
 NDCG_AT_10 = "ndcg@10"
+
+
+@dataclass(frozen=True)
+class Question:
+    query_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class JudgedQuestions:
+    """Questions in their given order and, per query id, source_id → grade (0: judged not relevant)."""
+
+    questions: list[Question]
+    qrels: dict[str, dict[str, int]]
+
+
 MRR_AT_10 = "mrr@10"
 
 

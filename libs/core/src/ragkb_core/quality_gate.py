@@ -18,7 +18,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ragkb_core.db.models import Judgement, Question, QuestionSet
-from ragkb_core.metrics import NDCG_AT_10, mean_scores, score_queries
+from ragkb_core.metrics import NDCG_AT_10, JudgedQuestions, mean_scores, score_queries
+from ragkb_core.metrics import Question as JudgedQuestion
 
 # How much lower the new generation's nDCG@10 may be and still switch. Not 0: the same index rebuilt can
 # order near-ties differently (HNSW graphs are built afresh, DBSF normalises by the answer's own scores), and
@@ -35,18 +36,10 @@ SKIPPED_BY_REQUEST = "skip_quality_gate was set on the re-index"
 
 
 @dataclass(frozen=True)
-class GateQuestion:
-    query_id: str
-    text: str
-
-
-@dataclass(frozen=True)
-class GateSet:
+class GateSet(JudgedQuestions):
     """A KB's quality-gate question set: its questions in order and, per query id, source_id → grade."""
 
     set_id: str
-    questions: list[GateQuestion]
-    qrels: dict[str, dict[str, int]]
 
 
 class QualityCheck(BaseModel):
@@ -90,14 +83,14 @@ def load_gate_set(session: Session, kb_id: str) -> GateSet | None:
     if set_id is None:
         return None
     rows = session.scalars(select(Question).where(Question.set_id == set_id).order_by(Question.position))
-    questions = [GateQuestion(row.query_id, row.text) for row in rows]
+    questions = [JudgedQuestion(row.query_id, row.text) for row in rows]
     qrels: dict[str, dict[str, int]] = {question.query_id: {} for question in questions}
     judgements = session.execute(
         select(Judgement.query_id, Judgement.source_id, Judgement.grade).where(Judgement.set_id == set_id)
     )
     for query_id, source_id, grade in judgements:
         qrels.setdefault(query_id, {})[source_id] = grade
-    return GateSet(set_id, questions, qrels)
+    return GateSet(questions, qrels, set_id)
 
 
 def ndcg_at_10(gate: GateSet, rankings: Mapping[str, Sequence[str]]) -> float:

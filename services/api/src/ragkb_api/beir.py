@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
 from ragkb_core.errors import InvalidInput
+from ragkb_core.metrics import JudgedQuestions, Question
+
+__all__ = ["JudgedQuestions", "Question"]  # re-exported: the api's modules read question sets from here
 
 MAX_QUESTIONS = 20_000
 MAX_JUDGEMENTS = 500_000
@@ -18,20 +20,6 @@ MAX_GRADE = 10
 QUERIES_FILE = "queries.jsonl"
 QRELS_FILE = "qrels.tsv"
 QRELS_HEADER = "query-id\tcorpus-id\tscore"
-
-
-@dataclass(frozen=True)
-class Question:
-    query_id: str
-    text: str
-
-
-@dataclass(frozen=True)
-class JudgedQuestions:
-    """Questions in their given order and, per query id, source_id → grade (0: judged not relevant)."""
-
-    questions: list[Question]
-    qrels: dict[str, dict[str, int]]
 
 
 def parse_queries_jsonl(data: bytes) -> list[tuple[int, Question]]:
