@@ -23,6 +23,7 @@ from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
 from ragkb_models.bert_onnx import INPUT_NAMES, RELEVANCE_OUTPUT_NAME
+from ragkb_models.onnx_encoder import onnx_session_options
 
 # The name that selects the reranker shipped in this package (RAGKB_RERANKER__MODEL, a KB's reranker_model).
 PACKAGED_RERANKER = "ragkb-reranker-ja-en-small"
@@ -58,13 +59,9 @@ class OnnxCrossEncoder:
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=max_length, strategy="only_second")
         self._tokenizer.no_padding()
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads  # 0: one per physical core
-        options.inter_op_num_threads = 1
-        # Idle threads sleep instead of spinning: the reranker shares a few cores with the retriever's web server.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(str(model_file), options, providers=["CPUExecutionProvider"])
+        self._session = ort.InferenceSession(
+            str(model_file), onnx_session_options(threads), providers=["CPUExecutionProvider"]
+        )
 
     def logits(self, pairs: Sequence[Pair], batch_size: int) -> NDArray[np.float32]:
         encodings = [e.ids for e in self._tokenizer.encode_batch(list(pairs))]

@@ -74,7 +74,7 @@ class OnnxEncoder:
     def __init__(self, model_path: Path, tokenizer: Tokenizer, max_seq_length: int, pad_id: int, threads: int) -> None:
         self._tokenizer = _padded_copy(tokenizer, max_seq_length, pad_id)
         self._session = ort.InferenceSession(
-            str(model_path), _session_options(threads), providers=["CPUExecutionProvider"]
+            str(model_path), onnx_session_options(threads), providers=["CPUExecutionProvider"]
         )
         self.dimension = int(self._session.get_outputs()[0].shape[-1])
 
@@ -94,12 +94,13 @@ def _padded_copy(tokenizer: Tokenizer, max_seq_length: int, pad_id: int) -> Toke
     return padded
 
 
-def _session_options(threads: int) -> ort.SessionOptions:
+def onnx_session_options(threads: int) -> ort.SessionOptions:
+    """CPU session options for every ONNX model ragkb runs (embedder and reranker) beside its web servers."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads  # 0: one per physical core, ONNX Runtime's own choice
     options.inter_op_num_threads = 1
-    # Idle threads sleep instead of spinning: the encoder shares a few cores with web servers. On 2 cores
+    # Idle threads sleep instead of spinning: the models share a few cores with web servers. On 2 cores
     # spinning saved ~1.5 ms per query and no measurable passage throughput, while burning a neighbour's core.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return options

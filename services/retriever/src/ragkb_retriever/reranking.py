@@ -1,10 +1,10 @@
 """Cross-encoder reranking under a per-request latency budget.
 
-A `RerankerPool` holds the sentence-transformers `CrossEncoder`s this server may use (the default model and the
-allowed ones), each loaded once, and scores (query, passage) pairs with them. Reranking is an improvement, never
-a requirement: when the model is not allowed, cannot load, fails, or would not finish within the budget, the
-outcome carries no scores and says why (`degraded_reason`), and the caller keeps the fused order. It never
-raises for any of these.
+A `RerankerPool` holds the cross-encoders this server may use (the default model and the allowed ones; ONNX or
+sentence-transformers, see `ragkb_models.cross_encoder`), each loaded once, and scores (query, passage) pairs
+with them. Reranking is an improvement, never a requirement: when the model is not allowed, cannot load, fails,
+or would not finish within the budget, the outcome carries no scores and says why (`degraded_reason`), and the
+caller keeps the fused order. It never raises for any of these.
 
 Scores are mapped to 0–1 here, not by the model's configured activation: sigmoid of the logit for a one-label
 model (the usual relevance head), the softmax probability of the last label for a model with several labels
