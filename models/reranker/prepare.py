@@ -34,6 +34,8 @@ sys.path.insert(0, str(REPO / "bench"))
 from common import DATA, client, find_kb, read_jsonl  # noqa: E402
 from ingest import upload_all, wait_until_settled  # noqa: E402
 
+from ragkb_models.cross_encoder import passage_for_reranking  # noqa: E402
+
 TRAINING = DATA / "training"
 KB_NAME = "reranker-training"
 SEED = 20261202
@@ -109,15 +111,28 @@ def mine(http: Any, kb_id: str, question: Question) -> dict[str, Any] | None:
     positive = next((h for h in hits if is_positive(h, question)), None)
     if positive is None:
         return None  # the passage was not retrieved in the top DEPTH: no chunk to pair the question with
-    negatives = [h["text"] for h in hits if h["source_id"] != question.source_id and not answers(h["text"], question)]
+    negatives = [
+        reranker_view(h) for h in hits if h["source_id"] != question.source_id and not answers(h["text"], question)
+    ]
     return {
         "id": question.id,
         "lang": question.lang,
         "query": question.text,
-        "positive": positive["text"],
+        "positive": reranker_view(positive),
         "positive_rank": hits.index(positive) + 1,
         "negatives": negatives[:NEGATIVES_KEPT],
+        # The whole hybrid list, fused scores and all: evaluate.py replays reranking on it (dev groups only).
+        "candidates": [
+            {"text": reranker_view(h), "fused": h["score"], "relevant": is_positive(h, question)} for h in hits
+        ],
     }
+
+
+def reranker_view(hit: dict[str, Any]) -> str:
+    """The passage as the retriever hands it to the reranker (title, headings, text). An untitled upload is
+    titled with its source id (PubMedQA here), which says nothing about the text: left out."""
+    title = hit["title"] if hit["title"] != hit["source_id"] else None
+    return passage_for_reranking(title, hit.get("heading_path") or [], hit["text"])
 
 
 def is_positive(hit: dict[str, Any], question: Question) -> bool:
@@ -140,11 +155,17 @@ def mined(http: Any, kb_id: str, questions: list[Question]) -> Iterator[dict[str
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8000")
+    parser.add_argument("--ja-passages", type=int, default=4000, help="JaQuAD contexts to ingest (of 9,701)")
     parser.add_argument("--ja-questions", type=int, default=5000, help="JaQuAD questions to mine (of 31,748)")
     parser.add_argument("--dev-questions", type=int, default=400, help="held out for validation (JA and EN mixed)")
     parser.add_argument("--out", type=Path, default=REPO / "var" / "reranker" / "data")
     args = parser.parse_args()
     ja_passages, ja_questions = jaquad(evaluation_titles())
+    # The first N contexts in file order, and only their questions: ingestion (embedding every chunk) is the
+    # slow part of this step on 2 cores, and hard negatives come mostly from the same or nearby articles.
+    ja_passages = ja_passages[: args.ja_passages]
+    kept = {passage["_id"] for passage in ja_passages}
+    ja_questions = [question for question in ja_questions if question.source_id in kept]
     en_passages, en_questions = pubmedqa()
     http = client(args.url)
     kb_id = ensure_training_kb(http, ja_passages + en_passages)
@@ -153,6 +174,8 @@ def main() -> None:
     rng.shuffle(questions)
     groups = list(mined(http, kb_id, questions))
     dev, train = groups[: args.dev_questions], groups[args.dev_questions :]
+    for group in train:
+        del group["candidates"]  # training reads the positive and the negatives only
     args.out.mkdir(parents=True, exist_ok=True)
     for name, rows in (("train", train), ("dev", dev)):
         with (args.out / f"{name}.jsonl").open("w", encoding="utf-8") as handle:

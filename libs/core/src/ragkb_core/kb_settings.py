@@ -134,6 +134,7 @@ class RetrievalOverrides(BaseModel):
     candidate_multiplier: int | None = Field(default=None, ge=1, le=MAX_CANDIDATE_MULTIPLIER)
     score_threshold: float | None = Field(default=None, ge=0, le=1)
     rerank_budget_ms: int | None = Field(default=None, ge=0, le=MAX_RERANK_BUDGET_MS)
+    rerank_weight: float | None = Field(default=None, ge=0, le=1)
     max_blocks: int | None = Field(default=None, ge=1, le=MAX_BLOCKS)
     doc_type_quotas: dict[DocType, Annotated[int, Field(ge=0, le=MAX_BLOCKS)]] | None = None
 
@@ -166,6 +167,10 @@ class KbRetrieval(BaseModel):
     score_threshold: float = Field(default=0.0, ge=0, le=1)
     # Time the reranker may take for one request; over it, the fused order is returned marked degraded.
     rerank_budget_ms: int = Field(default=1500, ge=0, le=MAX_RERANK_BUDGET_MS)
+    # How much of a reranked answer's order is the reranker's: the served score is this × the reranker's
+    # score + the rest × the fused score scaled to 0–1 over the candidates (ragkb_models.cross_encoder
+    # .blend_scores). 1: the reranker's order alone. score_threshold still reads the reranker's own score.
+    rerank_weight: float = Field(default=1.0, ge=0, le=1)
     # Passages in an answer across all KBs searched together.
     max_blocks: int = Field(default=12, ge=1, le=MAX_BLOCKS)
     # Per document type, the most passages of that type an answer holds, filled from that type's own

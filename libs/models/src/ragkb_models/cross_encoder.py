@@ -36,6 +36,26 @@ class CrossEncoderModel(Protocol):
     def logits(self, pairs: Sequence[Pair], batch_size: int) -> NDArray[np.float32]: ...
 
 
+def passage_for_reranking(title: str | None, heading_path: Sequence[str], text: str) -> str:
+    """What a cross-encoder reads for one passage: its title and headings, then its text, as the embedder sees
+    it. The retriever and the reranker recipe (models/reranker/) both use this, so training matches serving."""
+    context = " > ".join(part for part in (title, *heading_path) if part)
+    return f"{context}\n{text}" if context else text
+
+
+def blend_scores(rerank: Sequence[float], fused: Sequence[float], rerank_weight: float) -> list[float]:
+    """The order a reranked list is served in: `rerank_weight` × the reranker's 0–1 score plus the rest × the
+    fused score, min–max scaled to 0–1 over the same candidates (fused scores have no fixed range: RRF's are
+    tiny, DBSF's sum several legs). Weight 1 is the reranker's order alone; a small reranker is best trusted
+    with part of the decision, the hybrid list keeping the rest (models/reranker/evaluate.py measures it)."""
+    low, high = min(fused, default=0.0), max(fused, default=0.0)
+    spread = high - low
+    return [
+        rerank_weight * r + (1 - rerank_weight) * ((f - low) / spread if spread > 0 else 1.0)
+        for r, f in zip(rerank, fused, strict=True)
+    ]
+
+
 def packaged_reranker_folder() -> Path:
     return Path(str(files("ragkb_models") / "rerankers" / PACKAGED_RERANKER))
 
