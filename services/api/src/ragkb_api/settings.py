@@ -10,6 +10,7 @@ from ragkb_core.settings import (
     AuthSettings,
     BlobSettings,
     DatabaseSettings,
+    EmbeddingSettings,
     HttpServerSettings,
     JobSettings,
     LimitSettings,
@@ -30,5 +31,7 @@ class ApiSettings(BaseSettings):
     limits: LimitSettings = Field(default_factory=LimitSettings)
     auth: AuthSettings = Field(default_factory=AuthSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
+    # Read, never loaded (the api runs no model): which embedding models a re-index may choose.
+    embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
