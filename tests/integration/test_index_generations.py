@@ -262,7 +262,7 @@ TOKEN = "generations-test-token"
 
 @pytest.fixture
 def client(edge: EdgeIndex) -> Iterator[RetrieverClient]:
-    service = IndexService(edge, "test-model", DIM)
+    service = IndexService(edge, _Models())
     app = Litestar(
         route_handlers=[IndexController],
         dependencies={
@@ -307,8 +307,10 @@ def test_a_reindex_through_the_internal_api(client: RetrieverClient) -> None:
     client.create_kb(KB)
     client.write_document(_document("old", 4))
     generation = client.create_generation(KB)
-    wider = client.create_generation(KB, dense_size=2 * DIM)
+    wider = client.create_generation(KB, embedding_model="wide-model")  # that model's vector size
     assert (generation, wider) == (2, 3)
+    with pytest.raises(InvalidInput, match="allowed: test-model, wide-model"):
+        client.create_generation(KB, embedding_model="unknown-model")
 
     client.write_document(_document("new", 3), generation=generation)
     client.write_document(_document("new", 2, dim=2 * DIM), generation=wider)
@@ -340,18 +342,40 @@ def test_a_reindex_through_the_internal_api(client: RetrieverClient) -> None:
 class _FixedQueryVector:
     """The query side of an embedding model, for an index of random test vectors: one fixed vector."""
 
+    def __init__(self, dimension: int = DIM) -> None:
+        self.dimension = dimension
+        self.queries = 0
+
     def embed_query(self, text: str) -> list[float]:
-        return [0.5] * DIM
+        self.queries += 1
+        return [0.5] * self.dimension
+
+
+class _Models:
+    """Two embedding models by name, as ragkb_models.EmbedderPool offers them (the first is the default)."""
+
+    default_model = "test-model"
+
+    def __init__(self) -> None:
+        self.by_name = {"test-model": _FixedQueryVector(DIM), "wide-model": _FixedQueryVector(2 * DIM)}
+
+    def get(self, model: str | None = None) -> _FixedQueryVector:
+        name = model or self.default_model
+        if name not in self.by_name:
+            raise InvalidInput(
+                f"embedding model {name!r} is not one this server runs; allowed: {', '.join(self.by_name)}"
+            )
+        return self.by_name[name]
 
 
 def test_a_search_reads_the_generation_it_names_and_the_live_one_otherwise(edge: EdgeIndex) -> None:
-    indexing = IndexService(edge, "test-model", DIM)
+    indexing = IndexService(edge, _Models())
     indexing.create_kb(KB)
     indexing.write_document(_document("old", 4))
     generation = indexing.create_generation(KB)
     indexing.write_document(_document("new", 3), generation=generation)
     bm25_for = functools.partial(bm25_encoder_for, settings=AnalyzerSettings())
-    search = SearchService(edge, _FixedQueryVector(), bm25_for, RerankerPool(RerankerSettings(model=None)))
+    search = SearchService(edge, _Models().get, bm25_for, RerankerPool(RerankerSettings(model=None)))
 
     def found(generation: int | None) -> set[str]:
         kb = KbSearch(kb_id=KB, generation=generation)
@@ -365,3 +389,30 @@ def test_a_search_reads_the_generation_it_names_and_the_live_one_otherwise(edge:
             found(9)
     finally:
         search.close()
+
+
+def test_a_search_embeds_the_query_once_per_model_of_the_kbs_it_reads(edge: EdgeIndex) -> None:
+    models = _Models()
+    indexing = IndexService(edge, models)
+    for kb_id in (KB, OTHER_KB, "5c1d"):
+        indexing.create_kb(kb_id)
+    # OTHER_KB was re-indexed with the wider model: its live generation holds vectors of that size.
+    wide = indexing.create_generation(OTHER_KB, embedding_model="wide-model")
+    indexing.write_document(_document("old", 2, dim=2 * DIM).model_copy(update={"kb_id": OTHER_KB}), generation=wide)
+    indexing.switch_generation(OTHER_KB, wide)
+    indexing.write_document(_document("new", 3))
+    indexing.write_document(_document("third", 1).model_copy(update={"kb_id": "5c1d"}))
+    bm25_for = functools.partial(bm25_encoder_for, settings=AnalyzerSettings())
+    search = SearchService(edge, models.get, bm25_for, RerankerPool(RerankerSettings(model=None)))
+    kbs = [
+        KbSearch(kb_id=KB, embedding_model="test-model"),
+        KbSearch(kb_id=OTHER_KB, embedding_model="wide-model"),
+        KbSearch(kb_id="5c1d", embedding_model="test-model"),
+    ]
+    try:
+        result = search.search(SearchQuery(query="anything", knowledge_bases=kbs, mode="semantic", explain=True))
+    finally:
+        search.close()
+    # Every KB's dense leg ran, each with the vector of its own model (a vector of the wrong size would fail).
+    assert {leg.knowledge_base_id for leg in result.legs or []} == {KB, OTHER_KB, "5c1d"}
+    assert {name: model.queries for name, model in models.by_name.items()} == {"test-model": 1, "wide-model": 1}

@@ -88,8 +88,10 @@ def _save_gate_set(sessions: sessionmaker[Session], *, is_gate: bool = True) -> 
             session.add(Judgement(set_id="set-1", query_id=query_id, source_id=source_id, grade=1))
 
 
-def _target(*, skip: bool = False, analyzer: KbAnalyzer | None = None) -> ReindexTarget:
-    settings = BuildSettings(chunking=KbChunking(), analyzer=analyzer or KbAnalyzer())
+def _target(
+    *, skip: bool = False, analyzer: KbAnalyzer | None = None, embedding_model: str | None = None
+) -> ReindexTarget:
+    settings = BuildSettings(chunking=KbChunking(), analyzer=analyzer or KbAnalyzer(), embedding_model=embedding_model)
     return ReindexTarget(generation=NEW, settings=settings, skip_quality_gate=skip)
 
 
@@ -125,6 +127,17 @@ def test_a_worse_new_generation_is_refused_with_both_figures(sessions: sessionma
     assert analyzers == {SERVING: KbAnalyzer(), NEW: KbAnalyzer(japanese="char-bigram")}
     assert {query.knowledge_bases[0].retrieval.top_k for query in retriever.queries} == {100}
     assert all(query.mode is None for query in retriever.queries)  # the KB's own default mode
+
+
+def test_a_generation_of_another_model_is_searched_with_that_model(sessions: sessionmaker[Session]) -> None:
+    _save_gate_set(sessions)
+    retriever = FakeRetriever({SERVING: _perfect(), NEW: _perfect()})
+    check = QualityGate(sessions, retriever).check(KB, _target(embedding_model="all-MiniLM-L6-v2"))
+    assert check.passed and check.skipped is None
+    models = {
+        query.knowledge_bases[0].generation: query.knowledge_bases[0].embedding_model for query in retriever.queries
+    }
+    assert models == {SERVING: "m", NEW: "all-MiniLM-L6-v2"}  # the KB's model for the serving generation
 
 
 def test_an_equal_or_better_generation_passes(sessions: sessionmaker[Session]) -> None:

@@ -96,6 +96,9 @@ class KbSearch(BaseModel):
     kb_id: str
     retrieval: KbRetrieval = Field(default_factory=KbRetrieval)
     analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
+    # The model the searched generation's vectors come from (the KB's `embedding_model`, or a re-index
+    # target's): the query is embedded with it. None: the retriever's default model.
+    embedding_model: str | None = Field(default=None, min_length=1, max_length=200)
     # The index generation to search; None: the live one. Internal only (the public search never sets it):
     # the re-index quality gate searches the new generation before it serves, and the old one beside it.
     generation: int | None = Field(default=None, ge=1)

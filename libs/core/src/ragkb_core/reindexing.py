@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ragkb_core.db.models import Job, JobItem, JobItemStatus, JobStatus, utcnow
+from ragkb_core.db.models import Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.jobs import REINDEX
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 
@@ -25,6 +25,9 @@ class BuildSettings(BaseModel):
 
     chunking: KbChunking
     analyzer: KbAnalyzer
+    # The model the generation's dense vectors come from (a name of EmbeddingSettings.model_names). None only
+    # in jobs and rollback targets recorded before a re-index could change it: the KB's model then.
+    embedding_model: str | None = None
 
 
 class ReindexTarget(BaseModel):
@@ -45,6 +48,21 @@ class IndexState(BaseModel):
 
     previous_generation: int | None = None
     previous_settings: BuildSettings | None = None
+
+
+def settings_of(kb: KnowledgeBase) -> BuildSettings:
+    """What the KB's serving generation was built with."""
+    return BuildSettings.model_validate(
+        {"chunking": kb.chunking, "analyzer": kb.analyzer, "embedding_model": kb.embedding_model}
+    )
+
+
+def take_settings(kb: KnowledgeBase, settings: BuildSettings) -> None:
+    """Record on the KB the settings of the generation that now serves (a switch or a rollback)."""
+    kb.chunking = settings.chunking.model_dump()
+    kb.analyzer = settings.analyzer.model_dump()
+    kb.analyzer_version = settings.analyzer.version
+    kb.embedding_model = settings.embedding_model or kb.embedding_model
 
 
 def active_reindex(session: Session, kb_id: str) -> Job | None:

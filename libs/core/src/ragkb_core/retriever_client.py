@@ -40,9 +40,13 @@ class RetrieverClient:
 
     # -- generations: a re-index writes into a new one, switches to it, and may switch back ----------
 
-    def create_generation(self, kb_id: str, dense_size: int | None = None) -> int:
-        """A new, empty, not live generation; `dense_size` None: the retriever's embedder's dimension."""
-        data = self._call("POST", f"/kbs/{kb_id}/generations", json={"dense_size": dense_size})
+    def create_generation(
+        self, kb_id: str, dense_size: int | None = None, *, embedding_model: str | None = None
+    ) -> int:
+        """A new, empty, not live generation for vectors of `embedding_model` (its dimension), or of
+        `dense_size`; neither: the retriever's default model's dimension."""
+        body = {"dense_size": dense_size, "embedding_model": embedding_model}
+        data = self._call("POST", f"/kbs/{kb_id}/generations", json=body)
         return int(data["generation"])
 
     def generations(self, kb_id: str) -> KbGenerations:

@@ -90,7 +90,7 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
         dify=DifyService(sessions, api_keys, buckets, search),
         question_sets=question_sets,
         evaluations=EvaluationService(question_sets, search),
-        reindex=ReindexService(sessions, retriever, queue),
+        reindex=ReindexService(sessions, retriever, queue, settings.embedding),
     )
 
 

@@ -1,5 +1,6 @@
 """Re-index and rollback (ragkb_core.reindexing): start a job that builds a new index generation from the
-stored originals while the old one serves, and switch back to the previous generation while it is kept."""
+stored originals while the old one serves (with new chunking, analyzer or embedding model settings), and
+switch back to the previous generation, and its settings, while it is kept."""
 
 from __future__ import annotations
 
@@ -14,22 +15,26 @@ from ragkb_api.schemas import ReindexRequest
 from ragkb_api.services import load_kb
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, KnowledgeBase, utcnow
-from ragkb_core.errors import Conflict, InvalidInput
+from ragkb_core.errors import Conflict
 from ragkb_core.ids import new_id
 from ragkb_core.jobs import REINDEX
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_core.queue import enqueue_finish_reindex, enqueue_reindex_document
-from ragkb_core.reindexing import BuildSettings, IndexState, ReindexTarget, active_reindex
+from ragkb_core.reindexing import BuildSettings, IndexState, ReindexTarget, active_reindex, settings_of, take_settings
 from ragkb_core.retriever_client import RetrieverClient
+from ragkb_core.settings import EmbeddingSettings
 
 _log = logging.getLogger("ragkb.api")
 
 
 class ReindexService:
-    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, queue: Celery) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], retriever: RetrieverClient, queue: Celery, embedding: EmbeddingSettings
+    ) -> None:
         self._sessions = sessions
         self._retriever = retriever
         self._queue = queue
+        self._embedding = embedding
 
     def start(self, kb_id: str, request: ReindexRequest) -> str:
         """Start a re-index job (one per KB at a time); returns its id."""
@@ -38,14 +43,18 @@ class ReindexService:
             kb = _locked_kb(session, kb_id)
             if (running := active_reindex(session, kb_id)) is not None:
                 raise Conflict(f"a re-index of this knowledge base is already running (job {running.id})")
-            _check_embedding_model(kb, request.embedding_model)
+            model = request.embedding_model or kb.embedding_model
+            if model != kb.embedding_model:
+                self._embedding.require_allowed(model)
             settings = BuildSettings(
                 chunking=request.chunking or KbChunking.model_validate(kb.chunking),
                 analyzer=request.analyzer or KbAnalyzer.model_validate(kb.analyzer),
+                embedding_model=model,
             )
             documents = _indexed_documents(session, kb_id)
-            # Inside the transaction: if the generation cannot be made, no job is left behind.
-            generation = self._retriever.create_generation(kb_id)
+            # Inside the transaction: if the generation cannot be made, no job is left behind. Its vectors
+            # have the size of the model it is built with.
+            generation = self._retriever.create_generation(kb_id, embedding_model=model)
             target = ReindexTarget(
                 generation=generation,
                 settings=settings,
@@ -71,11 +80,9 @@ class ReindexService:
             state = IndexState.model_validate(kb.index_state)
             if state.previous_generation is None or state.previous_settings is None:
                 raise Conflict("this knowledge base has no previous index generation to roll back to")
-            current = BuildSettings.model_validate({"chunking": kb.chunking, "analyzer": kb.analyzer})
+            current = settings_of(kb)
             _, left = self._retriever.switch_generation(kb_id, state.previous_generation)
-            kb.chunking = state.previous_settings.chunking.model_dump()
-            kb.analyzer = state.previous_settings.analyzer.model_dump()
-            kb.analyzer_version = state.previous_settings.analyzer.version
+            take_settings(kb, state.previous_settings)
             kb.index_state = IndexState(previous_generation=left, previous_settings=current).model_dump(mode="json")
 
 
@@ -83,19 +90,6 @@ def _locked_kb(session: Session, kb_id: str) -> KnowledgeBase:
     """The KB row, written first so that concurrent re-index and rollback calls on it run one at a time."""
     session.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(updated_at=utcnow()))
     return load_kb(session, kb_id)
-
-
-def _check_embedding_model(kb: KnowledgeBase, requested: str | None) -> None:
-    if requested is not None and requested != kb.embedding_model:
-        # Not yet possible: the worker and the retriever each hold one embedder (RAGKB_EMBEDDING__MODEL) and
-        # encode every KB's passages and queries with it; a per-KB model needs an embedder per model id in both.
-        raise InvalidInput(
-            f"this server embeds with {kb.embedding_model!r} only: changing a knowledge base's embedding model "
-            f"(to {requested!r}) is not supported, because the worker and the retriever run one embedding model "
-            "for every knowledge base; to use another model, run a server configured with it "
-            "(RAGKB_EMBEDDING__MODEL) and sync the documents into a knowledge base there",
-            embedding_model=kb.embedding_model,
-        )
 
 
 def _indexed_documents(session: Session, kb_id: str) -> list[tuple[str, str]]:

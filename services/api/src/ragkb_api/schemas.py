@@ -556,7 +556,8 @@ class JobOut(BaseModel):
 
 class ReindexRequest(BaseModel):
     """Rebuild a KB's index from its stored originals, optionally with new chunking or analyzer settings
-    (what is not given stays as it is). `embedding_model` must be the one this server runs."""
+        (what is not given stays as it is). `embedding_model` must be one this server runs (the default model, or
+    one of RAGKB_EMBEDDING__ALLOWED_MODELS)."""
 
     chunking: KbChunking | None = None
     analyzer: KbAnalyzer | None = None

@@ -84,7 +84,7 @@ class SearchService:
 
     def analyze(self, request: AnalyzeRequest, caller: Caller) -> AnalyzeResult:
         self.require_readable_kbs([request.knowledge_base_id], caller)
-        analyzer = self._kb_settings([request.knowledge_base_id])[0][2]
+        analyzer = self._kb_searches([request.knowledge_base_id])[0].analyzer
         return self._retriever.analyze(AnalyzeQuery(analyzer=analyzer, text=request.text))
 
     def require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
@@ -112,8 +112,8 @@ class SearchService:
         explain: bool,
     ) -> SearchQuery:
         kbs = [
-            KbSearch(kb_id=kb_id, retrieval=retrieval.with_overrides(overrides), analyzer=analyzer)
-            for kb_id, retrieval, analyzer in self._kb_settings(kb_ids)
+            kb.model_copy(update={"retrieval": kb.retrieval.with_overrides(overrides)})
+            for kb in self._kb_searches(kb_ids)
         ]
         effective = [kb.retrieval for kb in kbs]
         return SearchQuery(
@@ -126,14 +126,16 @@ class SearchService:
             explain=explain,
         )
 
-    def _kb_settings(self, kb_ids: list[str]) -> list[tuple[str, KbRetrieval, KbAnalyzer]]:
+    def _kb_searches(self, kb_ids: list[str]) -> list[KbSearch]:
+        """Each KB as its own settings search it: retrieval, analyzer and the model its vectors come from."""
         with self._sessions() as session:
             rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(kb_ids)))}
             return [
-                (
-                    kb_id,
-                    KbRetrieval.model_validate(rows[kb_id].retrieval),
-                    KbAnalyzer.model_validate(rows[kb_id].analyzer),
+                KbSearch(
+                    kb_id=kb_id,
+                    retrieval=KbRetrieval.model_validate(rows[kb_id].retrieval),
+                    analyzer=KbAnalyzer.model_validate(rows[kb_id].analyzer),
+                    embedding_model=rows[kb_id].embedding_model,
                 )
                 for kb_id in kb_ids
             ]

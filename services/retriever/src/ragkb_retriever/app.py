@@ -10,7 +10,7 @@ from litestar.di import Provide
 from ragkb_analyzer import Bm25Encoder, bm25_encoder_for
 from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_http import PROBLEM_HANDLERS, health_router, service_token_guard
-from ragkb_models import load_embedder
+from ragkb_models import EmbedderPool
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.port import VectorIndex
 from ragkb_retriever.indexing import IndexService
@@ -28,8 +28,10 @@ class RetrieverServices:
 
 
 def build_services(settings: RetrieverSettings) -> RetrieverServices:
-    # Heavy models load here, once per process at start-up, never per request.
-    embedder = load_embedder(settings.embedding)
+    # Heavy models load here, once per process at start-up, never per request: the default embedding model
+    # now, another allowed one when a re-index first asks for it (then kept for the process).
+    embedders = EmbedderPool(settings.embedding)
+    embedders.get()
     rerankers = RerankerPool(settings.reranker)
     rerankers.warm_up()
     index = build_index(settings.qdrant)
@@ -39,8 +41,8 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
 
     return RetrieverServices(
         index=index,
-        indexing=IndexService(index, settings.embedding.model, embedder.dimension),
-        search=SearchService(index, embedder, bm25_for, rerankers),
+        indexing=IndexService(index, embedders),
+        search=SearchService(index, embedders.get, bm25_for, rerankers),
     )
 
 

@@ -5,7 +5,7 @@ alias to it, and can switch back (roll back) until the old generation is dropped
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbGenerations, KbIndexInfo
 from ragkb_core.errors import InvalidInput, NotFound
@@ -16,26 +16,39 @@ from ragkb_retriever.index.port import IndexPoint, VectorIndex
 PATCHABLE_PAYLOAD_FIELDS = frozenset({"title", "source_id", "labels", "metadata"})
 
 
+class Dimensioned(Protocol):
+    dimension: int
+
+
+class EmbeddingModels(Protocol):
+    """The embedding models this retriever runs (ragkb_models.EmbedderPool): the default, and others by name."""
+
+    default_model: str
+
+    def get(self, model: str | None = None) -> Dimensioned: ...
+
+
 class IndexService:
-    def __init__(self, index: VectorIndex, embedding_model: str, dense_size: int) -> None:
+    def __init__(self, index: VectorIndex, models: EmbeddingModels) -> None:
         self._index = index
-        self._embedding_model = embedding_model
-        self._dense_size = dense_size
+        self._models = models
 
     def create_kb(self, kb_id: str) -> KbIndexInfo:
-        self._index.create_kb(kb_id, dense_size=self._dense_size)
-        return KbIndexInfo(
-            kb_id=kb_id,
-            embedding_model=self._embedding_model,
-            dense_size=self._dense_size,
-        )
+        """A new KB is embedded with the default model."""
+        dense_size = self._models.get().dimension
+        self._index.create_kb(kb_id, dense_size=dense_size)
+        return KbIndexInfo(kb_id=kb_id, embedding_model=self._models.default_model, dense_size=dense_size)
 
     def drop_kb(self, kb_id: str) -> None:
         self._index.drop_kb(kb_id)
 
-    def create_generation(self, kb_id: str, dense_size: int | None = None) -> int:
-        """A new, empty, not yet live generation; `dense_size` defaults to this embedder's."""
-        return self._index.create_generation(kb_id, dense_size or self._dense_size)
+    def create_generation(self, kb_id: str, dense_size: int | None = None, embedding_model: str | None = None) -> int:
+        """A new, empty, not yet live generation for `embedding_model`'s vectors (loading it here, so that a
+        model this retriever cannot run is refused before a job starts), or of `dense_size`; neither: the
+        default model's."""
+        if embedding_model is not None or dense_size is None:
+            dense_size = self._models.get(embedding_model).dimension
+        return self._index.create_generation(kb_id, dense_size)
 
     def generations(self, kb_id: str) -> KbGenerations:
         info = self._index.generations(kb_id)
@@ -50,9 +63,7 @@ class IndexService:
 
     def write_document(self, document: DocumentPoints, *, generation: int | None = None) -> DocumentWriteResult:
         self._require_kb(document.kb_id)
-        if generation is None:
-            self._check_dimensions(document)
-        # else: that generation may be for another embedding model; the engine checks its own size.
+        # Generations of one KB may hold different models' vectors: the engine checks each one's own size.
         points = [_point(document, chunk_index) for chunk_index in range(len(document.chunks))]
         self._index.upsert(document.kb_id, points, generation=generation)
         return DocumentWriteResult(written=len(points), deleted_old=0)
@@ -93,10 +104,6 @@ class IndexService:
     def _require_kb(self, kb_id: str) -> None:
         if not self._index.kb_exists(kb_id):
             raise NotFound(f"no index for knowledge base {kb_id}")
-
-    def _check_dimensions(self, document: DocumentPoints) -> None:
-        if any(len(chunk.dense) != self._dense_size for chunk in document.chunks):
-            raise InvalidInput(f"dense vectors must have {self._dense_size} dimensions")
 
 
 def _point(document: DocumentPoints, index: int) -> IndexPoint:

@@ -32,7 +32,10 @@ GenerationParam = Annotated[int | None, Parameter(ge=1, description="a generatio
 class GenerationCreate(BaseModel):
     """The body of a generation create: the retriever's own shape, not a cross-service contract."""
 
-    dense_size: int | None = Field(default=None, ge=1, description="null: the embedder's dimension")
+    dense_size: int | None = Field(default=None, ge=1, description="null: the embedding model's dimension")
+    embedding_model: str | None = Field(
+        default=None, min_length=1, description="the model the generation is for (its dimension); null: the default"
+    )
 
 
 @get(f"{INTERNAL_PREFIX}/ready", sync_to_thread=True, tags=["health"], summary="Ready, for callers holding the token")
@@ -57,7 +60,7 @@ class IndexController(Controller):
 
     @post("/{kb_id:str}/generations", status_code=201, sync_to_thread=True, summary="Create a new, not live generation")
     def create_generation(self, kb_id: str, data: GenerationCreate, index_service: IndexService) -> dict[str, int]:
-        return {"generation": index_service.create_generation(kb_id, data.dense_size)}
+        return {"generation": index_service.create_generation(kb_id, data.dense_size, data.embedding_model)}
 
     @get("/{kb_id:str}/generations", sync_to_thread=True, summary="The KB's generations and the live one")
     def generations(self, kb_id: str, index_service: IndexService) -> KbGenerations:

@@ -1,7 +1,8 @@
-"""Search: encode the query once, retrieve every KB in parallel inside the engine, rerank, assemble.
+"""Search: encode the query once per model, retrieve every KB in parallel inside the engine, rerank, assemble.
 
-Stages and their timings (`SearchResult.timings_ms`): embed (the dense query vector), analyze (BM25 terms
-per distinct analyzer), retrieve (all KB legs, in parallel), rerank, assemble (the cuts, see assembly.py).
+Stages and their timings (`SearchResult.timings_ms`): embed (the dense query vector, once per distinct
+embedding model of the KBs searched), analyze (BM25 terms per distinct analyzer), retrieve (all KB legs, in
+parallel), rerank, assemble (the cuts, see assembly.py).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class QueryEncoder(Protocol):
     def embed_query(self, text: str) -> list[float]: ...
 
 
+# The query encoder of an embedding model by name (None: the default model), e.g. ragkb_models.EmbedderPool.get.
+QueryEncoderFor = Callable[[str | None], QueryEncoder]
 EncoderForAnalyzer = Callable[[KbAnalyzer], Bm25Encoder]
 
 
@@ -74,7 +77,8 @@ class KbPart:
 
 @dataclass(frozen=True)
 class QueryVectors:
-    dense: list[float] | None
+    # Per embedding model (KbSearch.embedding_model; None: the default).
+    dense_by_model: dict[str | None, list[float]]
     sparse_by_analyzer: dict[str, SparseTerms]
 
 
@@ -100,12 +104,12 @@ class SearchService:
     def __init__(
         self,
         index: VectorIndex,
-        encoder: QueryEncoder,
+        encoder_for: QueryEncoderFor,
         bm25_for: EncoderForAnalyzer,
         rerankers: RerankerPool,
     ) -> None:
         self._index = index
-        self._encoder = encoder
+        self._encoder_for = encoder_for
         self._bm25_for = bm25_for
         self._rerankers = rerankers
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_SEARCHES, thread_name_prefix="kb-search")
@@ -174,9 +178,10 @@ class SearchService:
         return wanted
 
     def _encode(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> QueryVectors:
-        needs_dense = any(part.mode != "keyword" for part in parts)
-        with watch.stage("embed", runs=needs_dense):
-            dense = self._encoder.embed_query(text) if needs_dense else None
+        models = {part.kb.embedding_model for part in parts if part.mode != "keyword"}
+        with watch.stage("embed", runs=bool(models)):
+            # One vector per distinct model, in a fixed order: KBs of one model share it.
+            dense = {model: self._encoder_for(model).embed_query(text) for model in sorted(models, key=str)}
         with watch.stage("analyze", runs=any(part.mode != "semantic" for part in parts)):
             sparse: dict[str, SparseTerms] = {}
             for part in parts:
@@ -184,14 +189,16 @@ class SearchService:
                     encoder = self._bm25_for(part.kb.analyzer)
                     if encoder.version not in sparse:
                         sparse[encoder.version] = encoder.encode_query(text)
-        return QueryVectors(dense=dense, sparse_by_analyzer=sparse)
+        return QueryVectors(dense_by_model=dense, sparse_by_analyzer=sparse)
 
     # -- retrieval ---------------------------------------------------------------------------------
 
     def _retrieve(self, parts: Sequence[KbPart], vectors: QueryVectors) -> list[tuple[list[SearchHit], LegResults]]:
         def one_part(part: KbPart) -> tuple[list[SearchHit], LegResults]:
             retrieval = part.kb.retrieval
-            dense = vectors.dense if part.mode != "keyword" and retrieval.dense_weight > 0 else None
+            dense = None
+            if part.mode != "keyword" and retrieval.dense_weight > 0:
+                dense = vectors.dense_by_model[part.kb.embedding_model]
             sparse = None
             if part.mode != "semantic" and retrieval.keyword_weight > 0:
                 sparse = vectors.sparse_by_analyzer[self._bm25_for(part.kb.analyzer).version]

@@ -12,7 +12,7 @@ from ragkb_core.blobs import BlobStore
 from ragkb_core.db.engine import build_engine, build_session_factory, database_answers
 from ragkb_core.queue import enqueue_finish_reindex, make_celery
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_models import load_embedder
+from ragkb_models import EmbedderPool
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.health import start_health_server
 from ragkb_worker.pipeline import IngestPipeline
@@ -28,13 +28,13 @@ def build_ledger(settings: WorkerSettings) -> DocumentLedger:
 
 
 def build_pipeline(settings: WorkerSettings) -> tuple[DocumentLedger, IngestPipeline]:
-    embedder = load_embedder(settings.embedding)
+    embedders = EmbedderPool(settings.embedding)
+    embedders.get()  # the default model now; another allowed one on the first document that needs it
     ledger = build_ledger(settings)
     pipeline = IngestPipeline(
         ledger=ledger,
         blobs=BlobStore(settings.blobs.root),
-        tokenizer=embedder,
-        encoder=embedder,
+        encoder_for=embedders.get,
         bm25_for=functools.partial(bm25_encoder_for, settings=settings.analyzer),
         retriever=RetrieverClient(settings.retriever, settings.service_token),
         limits=settings.limits,

@@ -34,6 +34,8 @@ class Claim:
     chunking: KbChunking
     # How the KB's text becomes BM25 terms; fixed for a KB until it is re-indexed.
     analyzer: KbAnalyzer
+    # The model that embeds (and counts the tokens of) its chunks: the KB's, or a re-index target's.
+    embedding_model: str
 
 
 class DocumentLedger:
@@ -176,10 +178,11 @@ class DocumentLedger:
 
 def _claim_of(session: Session, document: Document) -> Claim:
     kb = session.get_one(KnowledgeBase, document.kb_id)
-    return claim_of(document, KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer))
+    chunking, analyzer = KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer)
+    return claim_of(document, chunking, analyzer, kb.embedding_model)
 
 
-def claim_of(document: Document, chunking: KbChunking, analyzer: KbAnalyzer) -> Claim:
+def claim_of(document: Document, chunking: KbChunking, analyzer: KbAnalyzer, embedding_model: str) -> Claim:
     """A snapshot of the document's newest version, to be built with these settings (the KB's own, or a
     re-index's)."""
     return Claim(
@@ -196,6 +199,7 @@ def claim_of(document: Document, chunking: KbChunking, analyzer: KbAnalyzer) -> 
         attempt=document.attempts,
         chunking=chunking,
         analyzer=analyzer,
+        embedding_model=embedding_model,
     )
 
 

@@ -30,8 +30,15 @@ EMBED_SLICE = 128
 Bm25EncoderFor = Callable[[KbAnalyzer], Bm25Encoder]
 
 
-class PassageEncoder(Protocol):
+class PassageEncoder(Tokenizer, Protocol):
+    """An embedding model's passage side, and its tokenizer, which the chunker counts tokens with."""
+
     def embed_passages(self, texts: list[str]) -> NDArray[np.float32]: ...
+
+
+# The encoder of an embedding model by the name a KB records (ragkb_models.EmbedderPool.get): loaded once per
+# process and model, on first use.
+PassageEncoderFor = Callable[[str], PassageEncoder]
 
 
 @dataclass(frozen=True)
@@ -62,16 +69,14 @@ class IngestPipeline:
         *,
         ledger: DocumentLedger,
         blobs: BlobStore,
-        tokenizer: Tokenizer,
-        encoder: PassageEncoder,
+        encoder_for: PassageEncoderFor,
         bm25_for: Bm25EncoderFor,
         retriever: RetrieverClient,
         limits: LimitSettings,
     ) -> None:
         self._ledger = ledger
         self._blobs = blobs
-        self._tokenizer = tokenizer
-        self._encoder = encoder
+        self._encoder_for = encoder_for
         self._bm25_for = bm25_for
         self._retriever = retriever
         self._limits = limits
@@ -80,14 +85,16 @@ class IngestPipeline:
         clock = StageClock()
         superseded = IngestOutcome(claim.document_id, "superseded")
         chunks, report, text = self._prepare(claim, clock)
-        # The analyzer of the claim, not of a renewal: one document's chunks all carry one analyzer version.
+        # The analyzer and model of the claim, not of a renewal: one document's chunks all carry one analyzer
+        # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
+        encoder = self._encoder_for(claim.embedding_model)
         # Renewing between stages keeps the lease alive and notices a newer upload early.
         if (current := self._ledger.renew(claim)) is None:
             return superseded
         with clock.stage("embed"):
             embed_texts = [embedding_text(current.title, chunk) for chunk in chunks]
-            embedded = self._embed(current, embed_texts, bm25)
+            embedded = self._embed(current, embed_texts, encoder, bm25)
         if embedded is None or (current := self._ledger.renew(current)) is None:
             return superseded
         dense, sparse = embedded
@@ -102,7 +109,8 @@ class IngestPipeline:
         chunks, _, _ = self._prepare(claim, StageClock())
         bm25 = self._bm25_for(claim.analyzer)
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
-        slices = [self._encoder.embed_passages(texts[i : i + EMBED_SLICE]) for i in range(0, len(texts), EMBED_SLICE)]
+        encoder = self._encoder_for(claim.embedding_model)
+        slices = [encoder.embed_passages(texts[i : i + EMBED_SLICE]) for i in range(0, len(texts), EMBED_SLICE)]
         sparse = [bm25.encode_document(text) for text in texts]
         points = _document_points(claim, chunks, np.concatenate(slices), sparse, bm25.version)
         self._retriever.write_document(points, generation=generation)
@@ -113,7 +121,7 @@ class IngestPipeline:
         return len(chunks)
 
     def _embed(
-        self, claim: Claim, texts: list[str], bm25: Bm25Encoder
+        self, claim: Claim, texts: list[str], encoder: PassageEncoder, bm25: Bm25Encoder
     ) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
         """Dense and BM25 vectors, a slice at a time with the lease renewed in between, so that a large
         document keeps its claim (and a superseded one stops early). None when superseded."""
@@ -123,7 +131,7 @@ class IngestPipeline:
             if start and self._ledger.renew(claim) is None:
                 return None
             piece = texts[start : start + EMBED_SLICE]
-            dense_parts.append(self._encoder.embed_passages(piece))
+            dense_parts.append(encoder.embed_passages(piece))
             sparse.extend(bm25.encode_document(text) for text in piece)
         return np.concatenate(dense_parts), sparse
 
@@ -136,8 +144,9 @@ class IngestPipeline:
             if len(parsed.text) > self._limits.max_text_chars:
                 raise PayloadTooLarge(f"the extracted text is longer than {self._limits.max_text_chars} characters")
         with clock.stage("chunk"):
-            # Each KB chunks its own way (sizes, noise patterns); a chunker is cheap to make per document.
-            chunker = Chunker(self._tokenizer, claim.chunking, self._limits)
+            # Each KB chunks its own way (sizes, noise patterns), counting its model's tokens; a chunker is
+            # cheap to make per document.
+            chunker = Chunker(self._encoder_for(claim.embedding_model), claim.chunking, self._limits)
             chunks, chunk_report = chunker.chunk(parsed, claim.chunking.compiled_noise_patterns())
         if not chunks:
             raise ParseFailed("the document has no text to index after chunking")

@@ -46,7 +46,8 @@ class QualityGate:
 
     def check(self, kb_id: str, target: ReindexTarget) -> QualityCheck:
         """Both generations' nDCG@10 on the KB's gate set, with the KB's retrieval settings and default mode
-        (each generation searched with the analyzer it was built with), and whether the new one may serve."""
+        (each generation searched with the analyzer and the embedding model it was built with), and whether the
+        new one may serve."""
         if target.skip_quality_gate:
             return QualityCheck.skipped_because(SKIPPED_BY_REQUEST)
         with self._sessions() as session:
@@ -54,17 +55,24 @@ class QualityGate:
             kb = session.get_one(KnowledgeBase, kb_id)
             retrieval = KbRetrieval.model_validate(kb.retrieval)
             analyzer = KbAnalyzer.model_validate(kb.analyzer)
+            model = kb.embedding_model
         if gate is None:
             return QualityCheck.skipped_because(SKIPPED_NO_SET)
         serving = self._retriever.generations(kb_id).live
         if self._retriever.count_points(kb_id, generation=serving) == 0:
             return QualityCheck.skipped_because(SKIPPED_FIRST_INDEX)
         retrieval = retrieval.with_overrides(RetrievalOverrides(top_k=GATE_DEPTH, max_blocks=GATE_DEPTH))
-        old = self._score(gate, KbSearch(kb_id=kb_id, retrieval=retrieval, analyzer=analyzer, generation=serving))
-        new_kb = KbSearch(
-            kb_id=kb_id, retrieval=retrieval, analyzer=target.settings.analyzer, generation=target.generation
+        old_kb = KbSearch(
+            kb_id=kb_id, retrieval=retrieval, analyzer=analyzer, embedding_model=model, generation=serving
         )
-        new = self._score(gate, new_kb)
+        new_kb = KbSearch(
+            kb_id=kb_id,
+            retrieval=retrieval,
+            analyzer=target.settings.analyzer,
+            embedding_model=target.settings.embedding_model or model,
+            generation=target.generation,
+        )
+        old, new = self._score(gate, old_kb), self._score(gate, new_kb)
         return QualityCheck(
             passed=passes(old, new),
             question_set_id=gate.set_id,

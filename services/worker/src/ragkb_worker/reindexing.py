@@ -4,7 +4,8 @@ The check is twofold: every indexed document present at its live version, then t
 (ragkb_worker.quality_gate) when the KB has a quality-gate question set; a refused switch fails the job
 with both nDCG@10 figures, leaves the old generation serving and drops the new one.
 
-Documents are rebuilt from their stored originals with the job's settings at the version that is live, and
+Documents are rebuilt from their stored originals with the job's settings (chunking, analyzer, embedding
+model: a new model's embedder is loaded once per worker process) at the version that is live, and
 written into the new generation only: nothing a search sees changes until the switch. Documents that change
 while the job runs (a new upload, a deletion) are caught up by the check, which runs until the new generation
 holds every indexed document at its live version, so the switch loses nothing.
@@ -24,7 +25,14 @@ from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItem
 from ragkb_core.errors import RagkbError
 from ragkb_core.jobs import REINDEX, finish_if_settled
 from ragkb_core.quality_gate import QualityCheck
-from ragkb_core.reindexing import BuildSettings, IndexState, ReindexTarget, settle_reindex_item
+from ragkb_core.reindexing import (
+    BuildSettings,
+    IndexState,
+    ReindexTarget,
+    settings_of,
+    settle_reindex_item,
+    take_settings,
+)
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_worker.documents import Claim, claim_of
 from ragkb_worker.pipeline import IngestPipeline
@@ -160,10 +168,8 @@ class Reindexer:
     def _record_switch(self, job_id: str, kb_id: str, target: ReindexTarget, previous: int) -> None:
         with transaction(self._sessions) as session:
             kb = session.get_one(KnowledgeBase, kb_id)
-            replaced = BuildSettings.model_validate({"chunking": kb.chunking, "analyzer": kb.analyzer})
-            kb.chunking = target.settings.chunking.model_dump()
-            kb.analyzer = target.settings.analyzer.model_dump()
-            kb.analyzer_version = target.settings.analyzer.version
+            replaced = settings_of(kb)
+            take_settings(kb, target.settings)
             kb.index_state = IndexState(previous_generation=previous, previous_settings=replaced).model_dump(
                 mode="json"
             )
@@ -200,7 +206,9 @@ def _live_claim(session: Session, document_id: str, settings: BuildSettings) -> 
         return None
     if document.status != DocumentStatus.DONE:
         return None
-    return claim_of(document, settings.chunking, settings.analyzer)
+    # A job recorded before a re-index could change the model builds with the KB's.
+    model = settings.embedding_model or session.get_one(KnowledgeBase, document.kb_id).embedding_model
+    return claim_of(document, settings.chunking, settings.analyzer, model)
 
 
 def _source_of(session: Session, job_id: str, document_id: str) -> str:
