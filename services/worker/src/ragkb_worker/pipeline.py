@@ -15,7 +15,7 @@ from numpy.typing import NDArray
 from ragkb_analyzer import Bm25Encoder
 from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
-from ragkb_core.errors import ParseFailed, PayloadTooLarge
+from ragkb_core.errors import ParseFailed, PayloadTooLarge, RagkbError
 from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
@@ -28,6 +28,14 @@ _log = logging.getLogger("ragkb.worker")
 EMBED_SLICE = 128
 # The BM25 encoder for a KB's analyzer (ragkb_analyzer.bm25_encoder_for: made once per configuration).
 Bm25EncoderFor = Callable[[KbAnalyzer], Bm25Encoder]
+
+
+class EmbeddingModelChanged(RagkbError):
+    """A re-index switched the KB to another model while a document was embedded with the old one: its vectors
+    do not fit the generation that now serves. Transient: the retry builds it with the KB's new model."""
+
+    title = "Embedding model changed"
+    transient = True
 
 
 class PassageEncoder(Tokenizer, Protocol):
@@ -97,6 +105,11 @@ class IngestPipeline:
             embedded = self._embed(current, embed_texts, encoder, bm25)
         if embedded is None or (current := self._ledger.renew(current)) is None:
             return superseded
+        if current.embedding_model != claim.embedding_model:
+            raise EmbeddingModelChanged(
+                f"the knowledge base switched to embedding model {current.embedding_model!r} while this document "
+                f"was embedded with {claim.embedding_model!r}; it is built again with the new model"
+            )
         dense, sparse = embedded
         with clock.stage("index"):
             points = _document_points(current, chunks, dense, sparse, bm25.version)

@@ -1,0 +1,130 @@
+"""The worker embeds each document with its KB's model: the ingest pipeline picks the embedder by the claim's
+`embedding_model`, and a document whose KB switched models while it was embedded is not written with the old
+model's vectors (it is retried with the new one)."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from numpy.typing import NDArray
+
+from ragkb_analyzer import bm25_encoder_for
+from ragkb_core.blobs import BlobStore
+from ragkb_core.contracts import DocumentPoints
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+from ragkb_core.settings import AnalyzerSettings, LimitSettings
+from ragkb_worker.documents import Claim
+from ragkb_worker.pipeline import EmbeddingModelChanged, IngestPipeline
+
+TEXT = "Bicycles are parked in the underground garage behind gate B. The garage opens at six."
+
+
+class WordModel:
+    """A stand-in embedding model: words as tokens, and a constant vector of its own size."""
+
+    def __init__(self, dimension: int) -> None:
+        self.dimension = dimension
+        self.passages = 0
+
+    def token_offsets(self, text: str) -> list[tuple[int, int]]:
+        return [match.span() for match in re.finditer(r"\S+", text)]
+
+    def embed_passages(self, texts: list[str]) -> NDArray[np.float32]:
+        self.passages += len(texts)
+        return np.full((len(texts), self.dimension), 0.1, dtype=np.float32)
+
+
+class FakeLedger:
+    """Renewals answer the document as the database holds it: the KB's model may have changed meanwhile."""
+
+    def __init__(self, model_after_first_renewal: str | None = None) -> None:
+        self.model_after_first_renewal = model_after_first_renewal
+        self.renewals = 0
+        self.finished: list[Claim] = []
+
+    def renew(self, claim: Claim) -> Claim:
+        self.renewals += 1
+        if self.model_after_first_renewal and self.renewals > 1:
+            return dataclasses.replace(claim, embedding_model=self.model_after_first_renewal)
+        return claim
+
+    def finish(self, claim: Claim, *args: object, **kwargs: object) -> bool:
+        self.finished.append(claim)
+        return True
+
+    def text_sha256_of(self, document_id: str) -> None:
+        return None
+
+    def unreferenced_blobs(self, shas: set[str]) -> set[str]:
+        return set()
+
+
+class FakeRetriever:
+    def __init__(self) -> None:
+        self.written: list[DocumentPoints] = []
+
+    def write_document(self, points: DocumentPoints, *, generation: int | None = None) -> None:
+        self.written.append(points)
+
+    def delete_document(self, *args: object, **kwargs: object) -> None:
+        pass
+
+
+@pytest.fixture
+def models() -> dict[str, WordModel]:
+    return {"multilingual-e5-small": WordModel(384), "wide-model": WordModel(768)}
+
+
+def _pipeline(
+    tmp_path: Path, ledger: FakeLedger, retriever: FakeRetriever, models: dict[str, WordModel]
+) -> tuple[IngestPipeline, Claim]:
+    blobs = BlobStore(tmp_path / "blobs")
+    claim = Claim(
+        document_id="doc-1",
+        kb_id="kb-1",
+        source_id="bicycles.txt",
+        version=1,
+        title="bicycles",
+        media_type="text/plain",
+        blob_sha256=blobs.put(TEXT.encode()),
+        labels=[],
+        metadata={},
+        doc_type="knowledge",
+        attempt=1,
+        chunking=KbChunking(),
+        analyzer=KbAnalyzer(),
+        embedding_model="wide-model",
+    )
+    pipeline = IngestPipeline(
+        ledger=ledger,  # type: ignore[arg-type]
+        blobs=blobs,
+        encoder_for=models.__getitem__,
+        bm25_for=functools.partial(bm25_encoder_for, settings=AnalyzerSettings()),
+        retriever=retriever,  # type: ignore[arg-type]
+        limits=LimitSettings(),
+    )
+    return pipeline, claim
+
+
+def test_a_document_is_embedded_with_its_kbs_model(tmp_path: Path, models: dict[str, WordModel]) -> None:
+    ledger, retriever = FakeLedger(), FakeRetriever()
+    pipeline, claim = _pipeline(tmp_path, ledger, retriever, models)
+    assert pipeline.run(claim).status == "done"
+    assert [len(chunk.dense) for chunk in retriever.written[0].chunks] == [768]
+    assert models["multilingual-e5-small"].passages == 0
+
+
+def test_a_model_switch_during_embedding_writes_nothing_and_retries(
+    tmp_path: Path, models: dict[str, WordModel]
+) -> None:
+    ledger, retriever = FakeLedger(model_after_first_renewal="multilingual-e5-small"), FakeRetriever()
+    pipeline, claim = _pipeline(tmp_path, ledger, retriever, models)
+    with pytest.raises(EmbeddingModelChanged) as changed:
+        pipeline.run(claim)
+    assert changed.value.transient and "multilingual-e5-small" in changed.value.detail
+    assert retriever.written == [] and ledger.finished == []
