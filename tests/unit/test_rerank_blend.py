@@ -36,5 +36,8 @@ def test_nothing_to_blend() -> None:
 
 
 def test_the_reranker_reads_title_and_headings_before_the_text() -> None:
-    assert passage_for_reranking("就業規則", ["第3章", "休暇"], "年次有給休暇は…") == "就業規則 > 第3章 > 休暇\n年次有給休暇は…"
+    assert (
+        passage_for_reranking("就業規則", ["第3章", "休暇"], "年次有給休暇は…")
+        == "就業規則 > 第3章 > 休暇\n年次有給休暇は…"
+    )
     assert passage_for_reranking(None, [], "plain") == "plain"
