@@ -146,6 +146,9 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         "RAGKB_LIMITS__MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
         "RAGKB_TASKS__SWEEP_INTERVAL_S": "2",
         "RAGKB_TASKS__LEASE_S": "20",
+        # One task process: the tests check behaviour, not throughput, and the suite's CPU goes further to the
+        # api and retriever processes than to a second copy of the embedder.
+        "RAGKB_TASKS__CONCURRENCY": "1",
         "RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": secrets.token_urlsafe(32),
         "RAGKB_SERVICE_TOKEN": secrets.token_urlsafe(32),
         # The session's tests (the fuzz run above all) share one admin key: a limit they never reach. The

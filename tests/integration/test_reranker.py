@@ -169,7 +169,7 @@ def test_a_model_not_on_the_list_is_refused_without_loading(pool: RerankerPool, 
 
 
 def test_no_reranker_configured_degrades() -> None:
-    outcome = RerankerPool(RerankerSettings()).rerank(None, QUERY, ["a passage"], GENEROUS_MS)
+    outcome = RerankerPool(RerankerSettings(model=None)).rerank(None, QUERY, ["a passage"], GENEROUS_MS)
     assert outcome.scores is None and outcome.model is None
     assert outcome.degraded_reason == "no reranker is configured on this server (RAGKB_RERANKER__MODEL)"
 

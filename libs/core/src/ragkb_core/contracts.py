@@ -129,8 +129,9 @@ DropStage = Literal["top_k", "dedupe", "threshold", "quota", "max_blocks"]
 class SearchHit(BaseModel):
     chunk_id: str
     text: str
-    # The score the answer is ordered by: the reranker's (0–1) when it ran, else the fused score (RRF, or
-    # the single leg's cosine / BM25 in semantic / keyword mode).
+    # The score the answer is ordered by. When the reranker ran: its score blended with the scaled fused
+    # score by the KB's rerank_weight (0–1; at weight 1 the reranker's own). Else the fused score (RRF or
+    # DBSF, or the single leg's cosine / BM25 in semantic / keyword mode).
     score: float
     knowledge_base_id: str
     document_id: str

@@ -8,7 +8,7 @@ parallel), rerank, assemble (the cuts, see assembly.py).
 from __future__ import annotations
 
 import time
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -35,6 +35,7 @@ from ragkb_core.contracts import (
 )
 from ragkb_core.errors import NotFound
 from ragkb_core.kb_settings import KbAnalyzer
+from ragkb_models.cross_encoder import blend_scores, passage_for_reranking
 from ragkb_retriever.assembly import Candidate, assemble
 from ragkb_retriever.index.filters import ordinal_window_filter
 from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex
@@ -127,7 +128,7 @@ class SearchService:
             for hit in hits
         ]
         with watch.stage("rerank", runs=any(part.reranks for part in parts)):
-            outcome = self._rerank(query.query, parts, [candidate.hit for candidate in candidates])
+            outcome = self._rerank(query.query, parts, candidates)
         if outcome.scores is None:
             # Not reranked: the reranker's threshold does not apply to the fused scores.
             for candidate in candidates:
@@ -223,18 +224,30 @@ class SearchService:
 
     # -- reranking ---------------------------------------------------------------------------------
 
-    def _rerank(self, query: str, parts: Sequence[KbPart], hits: list[SearchHit]) -> RerankOutcome:
+    def _rerank(self, query: str, parts: Sequence[KbPart], candidates: list[Candidate]) -> RerankOutcome:
         """If any KB reranks, the merged candidates of all KBs are reranked together by one model: the
-        first reranking KB's (scores of different models are not comparable), within the smallest budget."""
+        first reranking KB's (scores of different models are not comparable, so its rerank_weight applies to
+        all), within the smallest budget."""
+        hits = [candidate.hit for candidate in candidates]
         reranking = [part.kb.retrieval for part in parts if part.reranks]
         if not reranking or not hits:
             return RerankOutcome(scores=None, model=None, degraded_reason=None, took_ms=0.0)
         budget = min(retrieval.rerank_budget_ms for retrieval in reranking)
         outcome = self._rerankers.rerank(reranking[0].reranker_model, query, [_rerank_text(h) for h in hits], budget)
-        if outcome.scores is not None:
-            for hit, score in zip(hits, outcome.scores, strict=True):
-                hit.rerank_score = round(score, 6)
-                hit.score = hit.rerank_score
+        if outcome.scores is None:
+            return outcome
+        for hit, score in zip(hits, outcome.scores, strict=True):
+            hit.rerank_score = round(score, 6)
+        # Fused scores are comparable only within the KB (and document type) part that produced them.
+        by_part: dict[str, list[Candidate]] = defaultdict(list)
+        for candidate in candidates:
+            by_part[candidate.part].append(candidate)
+        weight = reranking[0].rerank_weight
+        for group in by_part.values():
+            rerank = [candidate.hit.rerank_score or 0.0 for candidate in group]
+            fused = [candidate.hit.fused_score or 0.0 for candidate in group]
+            for candidate, blended in zip(group, blend_scores(rerank, fused, weight), strict=True):
+                candidate.hit.score = round(blended, 6)
         return outcome
 
     # -- analysis ----------------------------------------------------------------------------------
@@ -281,9 +294,7 @@ def _overall_mode(parts: Sequence[KbPart]) -> SearchMode | Literal["mixed"]:
 
 
 def _rerank_text(hit: SearchHit) -> str:
-    """What the cross-encoder reads: the passage with its title and headings, as the embedder does."""
-    context = " > ".join(part for part in (hit.title, *hit.heading_path) if part)
-    return f"{context}\n{hit.text}" if context else hit.text
+    return passage_for_reranking(hit.title, hit.heading_path, hit.text)
 
 
 def _annotated_hits(kb_id: str, legs: LegResults) -> list[SearchHit]:
