@@ -79,6 +79,26 @@ def find_kb(http: httpx.Client, name: str) -> dict[str, Any] | None:
     return next((kb for kb in http.get("/v1/knowledge-bases").json() if kb["name"] == name), None)
 
 
+def wait_job(http: Any, job_id: str, timeout_s: float, poll_s: float = 2) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}").json()
+        if job["status"] not in ("queued", "running"):
+            return job
+        time.sleep(poll_s)
+    raise SystemExit(f"job {job_id} did not finish within {timeout_s} s")
+
+
+def delete_kb(http: Any, kb_id: str, timeout_s: float = 3600) -> None:
+    """Delete a KB and wait for its deletion job: until it is gone its name is taken (a new KB of the same
+    name is refused)."""
+    response = http.delete(f"/v1/knowledge-bases/{kb_id}")
+    response.raise_for_status()
+    job = wait_job(http, response.json()["id"], timeout_s, poll_s=0.5)
+    if job["status"] != "succeeded":
+        raise SystemExit(f"could not delete knowledge base {kb_id}: {job['errors']}")
+
+
 def ndcg_at_k(ranked: list[str], relevant: dict[str, int], k: int = 10) -> float:
     gains = [relevant.get(doc, 0) for doc in ranked[:k]]
     dcg = sum((2**g - 1) / math.log2(i + 2) for i, g in enumerate(gains))

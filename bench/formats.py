@@ -19,7 +19,7 @@ from typing import Any
 import docx
 import openpyxl
 import pptx
-from common import DATA, client, find_kb, read_jsonl, save_result
+from common import DATA, client, delete_kb, find_kb, read_jsonl, save_result
 from reportlab.lib.pagesizes import A4
 from reportlab.pdfgen import canvas
 
@@ -168,7 +168,7 @@ def main() -> None:
     corpus = list(read_jsonl(DATA / "scifact" / "corpus.jsonl"))
     http = client(args.url)
     if (existing := find_kb(http, "bench-formats")) is not None:
-        http.delete(f"/v1/knowledge-bases/{existing['id']}").raise_for_status()
+        delete_kb(http, existing["id"])
     kb_id = http.post("/v1/knowledge-bases", json={"name": "bench-formats"}).json()["id"]
     rows = []
     for offset, extension in enumerate(FORMATS):

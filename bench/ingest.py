@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
-from common import DATA, client, find_kb, read_jsonl, save_result
+from common import DATA, client, delete_kb, find_kb, read_jsonl, save_result
 
 
 def upload_all(http: httpx.Client, kb_id: str, documents: list[dict[str, Any]], workers: int) -> None:
@@ -106,7 +106,7 @@ def main() -> None:
     http = client(args.url)
     name = args.kb_name or f"bench-{args.corpus}-{len(corpus)}"
     if (existing := find_kb(http, name)) is not None:
-        http.delete(f"/v1/knowledge-bases/{existing['id']}").raise_for_status()
+        delete_kb(http, existing["id"])
     body: dict[str, Any] = {"name": name} | ({"analyzer": args.analyzer} if args.analyzer else {})
     created = http.post("/v1/knowledge-bases", json=body)
     created.raise_for_status()

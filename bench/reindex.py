@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from common import DATA, client, find_kb, percentile, read_jsonl, save_result
+from common import DATA, client, find_kb, percentile, read_jsonl, save_result, wait_job
 
 QUERY_CORPUS = "scifact"
 
@@ -52,16 +52,6 @@ class Loop:
                 self.failures.append(f"{response.status_code}: {response.text[:200]}")
             elif not response.json()["results"]:
                 self.failures.append(f"empty answer to {body['query']!r}")
-
-
-def wait_job(http: Any, job_id: str, timeout_s: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] not in ("queued", "running"):
-            return job
-        time.sleep(2)
-    raise SystemExit(f"job {job_id} did not finish within {timeout_s} s")
 
 
 def summary(loop: Loop) -> dict[str, Any]:

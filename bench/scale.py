@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from common import DATA, read_jsonl
+from common import DATA, delete_kb, read_jsonl
 from numpy.typing import NDArray
 from pydantic import SecretStr
 
@@ -157,7 +157,7 @@ def create_kb(api: httpx.Client, name: str) -> str:
     """A KB known to the api (so that /v1/search accepts it); an older one of the same name is deleted."""
     for kb in api.get("/v1/knowledge-bases").raise_for_status().json():
         if kb["name"] == name:
-            api.delete(f"/v1/knowledge-bases/{kb['id']}").raise_for_status()
+            delete_kb(api, kb["id"])
     response = api.post("/v1/knowledge-bases", json={"name": name})
     response.raise_for_status()
     return str(response.json()["id"])

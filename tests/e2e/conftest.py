@@ -117,6 +117,15 @@ class RunningRagkb:
             time.sleep(0.3)
         raise AssertionError(f"document {document_id} still {document['status']} after {timeout_s} s")
 
+    def wait_job(self, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            job: dict[str, Any] = self.client.get(f"/v1/jobs/{job_id}").json()
+            if job["status"] not in ("queued", "running"):
+                return job
+            time.sleep(0.3)
+        raise AssertionError(f"job {job_id} still {job['status']} after {timeout_s} s")
+
     def search(self, query: str, kb_ids: list[str], top_k: int = 5) -> list[dict[str, Any]]:
         response = self.client.post("/v1/search", json={"query": query, "knowledge_base_ids": kb_ids, "top_k": top_k})
         assert response.status_code == 200, response.text

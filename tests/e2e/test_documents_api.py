@@ -59,7 +59,9 @@ def test_deleting_a_kb_removes_it_and_its_index(ragkb: RunningRagkb) -> None:
     kb_id = ragkb.create_kb("short-lived")
     document = upload_text(ragkb, kb_id, "Temporary knowledge.")
     ragkb.wait_document(kb_id, str(document["id"]))
-    assert ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}").status_code == 204
+    accepted = ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
+    assert (accepted.status_code, accepted.json()["kind"]) == (202, "kb_delete")
+    assert ragkb.wait_job(accepted.json()["id"])["status"] == "succeeded"
     assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").status_code == 404
     response = ragkb.client.post("/v1/search", json={"query": "Temporary", "knowledge_base_ids": [kb_id]})
     assert response.status_code == 404

@@ -390,6 +390,16 @@ def test_kb_list_prints_a_table_or_json(fake: FakeRagkb, capsys: pytest.CaptureF
     assert json.loads(cli(fake, capsys, "kb", "list", "--json")[1])[0]["name"] == "handbook"
 
 
+def test_kb_list_marks_a_kb_being_deleted(fake: FakeRagkb, capsys: pytest.CaptureFixture[str]) -> None:
+    kb_id = fake.add_kb("old-handbook")
+    fake.kbs[kb_id] |= {"status": "deleting", "deletion_job_id": "job_1", "document_counts": {"done": 2}}
+    fake.add_kb("handbook", kb_id="kb_2")
+    assert cli(fake, capsys, "kb", "list")[1].splitlines()[1:] == [
+        "kb_1  old-handbook (deleting)  2     2     0        0           0",
+        "kb_2  handbook                 0     0     0        0           0",
+    ]
+
+
 def test_search_prints_ranked_results_with_a_one_line_snippet(
     fake: FakeRagkb, capsys: pytest.CaptureFixture[str]
 ) -> None:

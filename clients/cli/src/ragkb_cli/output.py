@@ -35,13 +35,16 @@ def excluded_lines(plan: Json) -> list[str]:
 
 
 def kb_table(kbs: list[Json]) -> list[str]:
-    """id, name, total documents and the count per status, as aligned columns."""
+    """id, name (marked while the KB is being deleted), total documents and the count per status, as aligned
+    columns."""
     header = ["ID", "NAME", "DOCS", *(column.upper() for column in KB_COUNT_COLUMNS)]
     rows = [header]
     for kb in kbs:
         counts: dict[str, Any] = kb.get("document_counts") or {}
         total = sum(int(value) for value in counts.values())
-        rows.append([str(kb["id"]), str(kb["name"]), str(total), *(str(counts.get(c, 0)) for c in KB_COUNT_COLUMNS)])
+        # A KB whose deletion job runs (or failed: DELETE it again) takes no writes or searches.
+        name = f"{kb['name']} (deleting)" if kb.get("status") == "deleting" else str(kb["name"])
+        rows.append([str(kb["id"]), name, str(total), *(str(counts.get(c, 0)) for c in KB_COUNT_COLUMNS)])
     widths = [max(len(row[index]) for row in rows) for index in range(len(header))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 

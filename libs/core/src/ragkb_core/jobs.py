@@ -1,4 +1,5 @@
-"""Progress of the jobs that wait for documents (sync, retry-failed).
+"""Progress of the jobs that wait for documents (sync, retry-failed), and the shared shapes of every job
+with items (re-index and KB deletion too: their worker settles the items).
 
 A job's items settle from the state of their documents, never from events: the worker settles the items of
 a document as soon as it finishes or fails it, and the api (a GET, the event stream) and the worker's sweeper
@@ -21,8 +22,13 @@ DELETE = "delete"
 RETRY = "retry"
 # A manifest entry the server could not judge (an exclude pattern that ran out of time on it).
 CHECK = "check"
-# A document rebuilt into a new index generation (ragkb_core.reindexing).
+# A document rebuilt into a new index generation (ragkb_core.reindexing); also the kind of that job.
 REINDEX = "reindex"
+# The kind of the job that deletes a whole KB (index, documents, blobs only it used, then the row); its
+# items are `delete` items, one per document, settled by the worker as it deletes them.
+KB_DELETE = "kb_delete"
+# Jobs the worker that runs them settles and finishes: nothing waits for documents to arrive, so no deadline.
+WORKER_SETTLED_KINDS = frozenset({REINDEX, KB_DELETE})
 FINISHED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 # Documents looked up per query: well under SQLite's bound on parameters.
 _LOOKUP_BATCH = 500
@@ -76,8 +82,9 @@ def settle_items_of_document(session: Session, kb_id: str, source_id: str) -> No
 def refresh_job(session: Session, job: Job, upload_wait_s: float, now: datetime | None = None) -> None:
     """Settle the job's open items from their documents, fail those open past the deadline, and finish the
     job when none is left open."""
-    # A re-index is settled and finished by the worker that builds it: finishing it means switching generations.
-    if job.status in FINISHED_JOB_STATUSES or job.kb_id is None or job.kind == REINDEX:
+    # A re-index or a KB deletion is settled and finished by the worker that runs it (finishing a re-index
+    # means switching generations; a deletion's items are done when their rows are gone).
+    if job.status in FINISHED_JOB_STATUSES or job.kb_id is None or job.kind in WORKER_SETTLED_KINDS:
         return
     now = now or utcnow()
     items = session.scalars(select(JobItem).where(JobItem.job_id == job.id, JobItem.status == JobItemStatus.PENDING))

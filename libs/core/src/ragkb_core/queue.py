@@ -13,14 +13,17 @@ INGEST_DOCUMENT = "ragkb.ingest_document"
 # A re-index: every document into the new generation, then the check and the switch.
 REINDEX_DOCUMENT = "ragkb.reindex_document"
 FINISH_REINDEX = "ragkb.finish_reindex"
+# A KB deletion job: index, documents in batches, blobs only they used, then the KB row.
+DELETE_KB = "ragkb.delete_kb"
 INGEST_QUEUE = "ingest"
+TASK_NAMES = (INGEST_DOCUMENT, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB)
 
 
 def make_celery(settings: RedisSettings) -> Celery:
     app = Celery("ragkb", broker=settings.url, backend=None)
     app.conf.update(
         # Route by name so that producers need no task objects.
-        task_routes={name: {"queue": INGEST_QUEUE} for name in (INGEST_DOCUMENT, REINDEX_DOCUMENT, FINISH_REINDEX)},
+        task_routes={name: {"queue": INGEST_QUEUE} for name in TASK_NAMES},
         task_default_queue=INGEST_QUEUE,
         # Ack after the task ran: a worker killed mid-task leaves the message to be redelivered.
         task_acks_late=True,
@@ -56,3 +59,7 @@ def enqueue_reindex_document(app: Celery, job_id: str, document_id: str) -> None
 
 def enqueue_finish_reindex(app: Celery, job_id: str) -> None:
     app.send_task(FINISH_REINDEX, args=[job_id], queue=INGEST_QUEUE)
+
+
+def enqueue_delete_kb(app: Celery, job_id: str) -> None:
+    app.send_task(DELETE_KB, args=[job_id], queue=INGEST_QUEUE)

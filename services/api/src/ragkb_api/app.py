@@ -16,6 +16,7 @@ from ragkb_api.dify import DifyService
 from ragkb_api.evaluations import EvaluationService
 from ragkb_api.guards import AccessGuard, provide_caller
 from ragkb_api.jobs import JobService
+from ragkb_api.kb_deletion import KbDeletionService
 from ragkb_api.mcp import McpServer
 from ragkb_api.question_sets import QuestionSetService
 from ragkb_api.rate_limit import TokenBuckets
@@ -60,6 +61,7 @@ class ApiServices:
     question_sets: QuestionSetService
     evaluations: EvaluationService
     reindex: ReindexService
+    kb_deletion: KbDeletionService
 
 
 def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
@@ -79,7 +81,7 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
         engine=engine,
         queue=queue,
         retriever=retriever,
-        knowledge_bases=KnowledgeBaseService(sessions, retriever, blobs),
+        knowledge_bases=KnowledgeBaseService(sessions, retriever),
         documents=documents,
         jobs=JobService(sessions, documents, queue, settings.jobs),
         search=search,
@@ -91,6 +93,7 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
         question_sets=question_sets,
         evaluations=EvaluationService(question_sets, search),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
+        kb_deletion=KbDeletionService(sessions, queue),
     )
 
 
@@ -128,6 +131,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
             "job_service": Provide(lambda: services.jobs, sync_to_thread=False),
             "reindex_service": Provide(lambda: services.reindex, sync_to_thread=False),
+            "kb_deletion_service": Provide(lambda: services.kb_deletion, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
             "key_service": Provide(lambda: services.api_keys, sync_to_thread=False),
             "tool_service": Provide(lambda: services.tools, sync_to_thread=False),

@@ -19,7 +19,7 @@ from ragkb_api.searching import SearchService
 from ragkb_api.services import ApiKeyService
 from ragkb_core.contracts import SearchHit
 from ragkb_core.db.models import Document
-from ragkb_core.errors import NotFound, Unauthorized
+from ragkb_core.errors import Conflict, NotFound, Unauthorized
 
 INVALID_HEADER, AUTH_FAILED, NO_SUCH_KNOWLEDGE = 1001, 1002, 2001
 # With a metadata condition, this many times top_k candidates are searched before filtering (at most 100).
@@ -115,6 +115,8 @@ class DifyService:
             hits = [hit for hit in self._search.search(search, caller).results if hit.score >= setting.score_threshold]
         except NotFound:
             raise DifyError(NO_SUCH_KNOWLEDGE, "The knowledge does not exist", 404) from None
+        except Conflict:  # a KB being deleted: Dify's protocol has no code but "does not exist" for it
+            raise DifyError(NO_SUCH_KNOWLEDGE, "The knowledge is being deleted", 404) from None
         metadata = self._metadata_of({hit.document_id for hit in hits})
         if condition is not None:
             hits = [hit for hit in hits if condition.holds(metadata.get(hit.document_id, {}))]

@@ -1,5 +1,6 @@
 """Long operations as jobs: manifest sync and retry of every failed document of a KB; reading, listing and
-cancelling jobs, and the snapshots their event stream is made of.
+cancelling jobs (re-index and KB deletion jobs too: ragkb_api.reindex, ragkb_api.kb_deletion), and the
+snapshots their event stream is made of.
 
 A sync deletes its orphans synchronously, within the call (each one a `deleted` item of the job, done or
 failed by the time the plan is answered); its uploads are items the job waits for until their documents
@@ -28,7 +29,7 @@ from ragkb_api.schemas import (
     SyncRequest,
     SyncUpload,
 )
-from ragkb_api.services import DocumentService, load_kb
+from ragkb_api.services import DocumentService, load_kb, load_writable_kb
 from ragkb_api.sync import ManifestEntry, StoredDocument, SyncPlan, SyncRules, plan_sync
 from ragkb_core import jobs as progress
 from ragkb_core.db.engine import transaction
@@ -75,7 +76,7 @@ class JobService:
 
     def sync(self, kb_id: str, request: SyncRequest) -> SyncPlanOut:
         with self._sessions() as session:
-            kb = load_kb(session, kb_id)
+            kb = load_writable_kb(session, kb_id)
             rules = SyncRules.of(KbSync.model_validate(kb.sync))
             stored = _stored_documents(session, kb_id)
         manifest = [ManifestEntry(file.source_id, file.sha256) for file in request.files]
@@ -130,7 +131,7 @@ class JobService:
         """Queue every failed document of the KB again, from its stored original, as one job."""
         job_id = new_id()
         with transaction(self._sessions) as session:
-            load_kb(session, kb_id)
+            load_writable_kb(session, kb_id)
             session.add(running_job(job_id, "retry", kb_id, utcnow()))
             session.flush()
             failed = session.scalars(
@@ -168,6 +169,13 @@ class JobService:
     def cancel(self, job_id: str, caller: Caller) -> JobOut:
         with transaction(self._sessions) as session:
             job = _load_job(session, job_id, caller, "write")
+            if job.kind == progress.KB_DELETE and job.status not in progress.FINISHED_JOB_STATUSES:
+                # Its first step drops the index: there is no KB to go back to, only DELETE again to finish.
+                raise Conflict(
+                    "a knowledge-base deletion cannot be cancelled (its index is dropped first); "
+                    "if it failed, DELETE the knowledge base again to finish it",
+                    job_status=job.status,
+                )
             progress.refresh_job(session, job, self._settings.upload_wait_s)
             if not progress.cancel_job(session, job):
                 raise Conflict(f"job {job_id} is already {job.status}", job_status=job.status)
@@ -219,7 +227,7 @@ def _stored_documents(session: Session, kb_id: str) -> list[StoredDocument]:
 def running_job(
     job_id: str, kind: str, kb_id: str, now: Any, *, unchanged: int = 0, params: dict[str, Any] | None = None
 ) -> Job:
-    """A job that starts now (sync, retry, re-index); `params` is what it was asked to do."""
+    """A job that starts now (sync, retry, re-index, KB deletion); `params` is what it was asked to do."""
     return Job(
         id=job_id,
         kind=kind,

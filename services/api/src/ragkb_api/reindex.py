@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.jobs import job_item, running_job
 from ragkb_api.schemas import ReindexRequest
-from ragkb_api.services import load_kb
+from ragkb_api.services import load_writable_kb
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict
@@ -87,9 +87,10 @@ class ReindexService:
 
 
 def _locked_kb(session: Session, kb_id: str) -> KnowledgeBase:
-    """The KB row, written first so that concurrent re-index and rollback calls on it run one at a time."""
+    """The KB row, written first so that concurrent re-index, rollback and delete calls on it run one at a
+    time; a KB being deleted is refused (409)."""
     session.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(updated_at=utcnow()))
-    return load_kb(session, kb_id)
+    return load_writable_kb(session, kb_id)
 
 
 def _indexed_documents(session: Session, kb_id: str) -> list[tuple[str, str]]:

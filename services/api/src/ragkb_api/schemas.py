@@ -81,6 +81,10 @@ class KnowledgeBaseOut(BaseModel):
     analyzer: KbAnalyzer
     sync: KbSync
     document_counts: dict[str, int]
+    # `deleting` from the moment DELETE accepted its job (`deletion_job_id`) until that job removes the KB;
+    # meanwhile writes and searches naming it answer 409.
+    status: Literal["active", "deleting"] = "active"
+    deletion_job_id: str | None = None
     created_at: UtcDateTime
     updated_at: UtcDateTime
 

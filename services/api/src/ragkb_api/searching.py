@@ -29,7 +29,7 @@ from ragkb_core.contracts import (
     SearchResult,
 )
 from ragkb_core.db.models import KnowledgeBase
-from ragkb_core.errors import InvalidInput, NotFound
+from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
@@ -88,13 +88,18 @@ class SearchService:
         return self._retriever.analyze(AnalyzeQuery(analyzer=analyzer, text=request.text))
 
     def require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
-        """Every requested KB must exist and be readable; unknown and ungranted ids get the same answer."""
+        """Every requested KB must exist and be readable; unknown and ungranted ids get the same answer. A
+        KB being deleted answers 409, as its writes do (ragkb_api.services.ensure_not_deleting says why)."""
         readable = caller.readable(kb_ids)
         with self._sessions() as session:
-            found = set(session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.id.in_(readable))))
+            query = select(KnowledgeBase.id, KnowledgeBase.deletion_job_id).where(KnowledgeBase.id.in_(readable))
+            found = {kb_id: deletion_job for kb_id, deletion_job in session.execute(query)}
         missing = [kb_id for kb_id in kb_ids if kb_id not in found]
         if missing:
             raise NotFound(f"knowledge bases that do not exist or are not yours: {', '.join(missing)}", missing=missing)
+        deleting = [kb_id for kb_id in kb_ids if found[kb_id] is not None]
+        if deleting:
+            raise Conflict(f"knowledge bases being deleted: {', '.join(deleting)}", deleting=deleting)
 
     def _check_query(self, query: str) -> None:
         if len(query) > self._limits.max_query_chars:

@@ -10,7 +10,7 @@ from typing import Any
 
 from celery import Celery
 from pydantic import ValidationError
-from sqlalchemy import delete, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -64,10 +64,11 @@ class Upload:
 
 
 class KnowledgeBaseService:
-    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, blobs: BlobStore) -> None:
+    """Create, read and change KBs. Deleting one is a job (ragkb_api.kb_deletion)."""
+
+    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient) -> None:
         self._sessions = sessions
         self._retriever = retriever
-        self._blobs = blobs
 
     def create(self, data: KnowledgeBaseCreate) -> KnowledgeBaseOut:
         _check_sync_patterns(data.sync)
@@ -119,7 +120,7 @@ class KnowledgeBaseService:
             _check_sync_patterns(data.sync)
         try:
             with transaction(self._sessions) as session:
-                kb = load_kb(session, kb_id)
+                kb = load_writable_kb(session, kb_id)
                 _refuse_analyzer_change(kb, data.analyzer)
                 if data.name is not None and data.name != kb.name:
                     _ensure_name_free(session, data.name)
@@ -132,18 +133,6 @@ class KnowledgeBaseService:
         except IntegrityError as exc:
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
-
-    def delete(self, kb_id: str) -> None:
-        with self._sessions() as session:
-            load_kb(session, kb_id)
-        # Index first: if it fails the KB stays whole and the call can be repeated.
-        self._retriever.drop_kb(kb_id)
-        with transaction(self._sessions) as session:
-            blob_shas = set(session.scalars(select(Document.blob_sha256).where(Document.kb_id == kb_id)))
-            blob_shas |= _text_blobs(session, Document.kb_id == kb_id)
-            session.execute(delete(Document).where(Document.kb_id == kb_id))
-            session.execute(delete(KnowledgeBase).where(KnowledgeBase.id == kb_id))
-        _delete_unreferenced_blobs(self._sessions, self._blobs, blob_shas)
 
 
 class DocumentService:
@@ -166,7 +155,7 @@ class DocumentService:
         self._check_size(upload)
         media_type = detect_media_type(upload.filename, upload.data[:8192], upload.declared_type)
         with self._sessions() as session:
-            load_kb(session, kb_id)
+            load_writable_kb(session, kb_id)
         sha = self._blobs.put(upload.data)
         document, replaced_blob, changed = self._record_version_retrying(kb_id, fields, upload, media_type, sha)
         if changed:
@@ -192,7 +181,7 @@ class DocumentService:
         if not changes and patch.requested_doc_type is None:
             raise InvalidInput("nothing to change: give title, source_id, labels or metadata")
         with transaction(self._sessions) as session:
-            document = _load_document(session, kb_id, document_id)
+            document = _load_writable_document(session, kb_id, document_id)
             _ensure_doc_type_kept(document, patch.requested_doc_type)
             if not changes:
                 return document_out(document)
@@ -210,7 +199,7 @@ class DocumentService:
     def retry(self, kb_id: str, document_id: str) -> DocumentOut:
         """Queue a failed document again, from its stored original."""
         with transaction(self._sessions) as session:
-            document = _load_document(session, kb_id, document_id)
+            document = _load_writable_document(session, kb_id, document_id)
             if document.status != DocumentStatus.FAILED:
                 raise Conflict(f"only a failed document can be retried; this one is {document.status}")
             document.status = DocumentStatus.PENDING
@@ -223,7 +212,7 @@ class DocumentService:
 
     def delete(self, kb_id: str, document_id: str) -> None:
         with self._sessions() as session:
-            _load_document(session, kb_id, document_id)
+            _load_writable_document(session, kb_id, document_id)
         # Index first, so that a failure leaves the document listed and the call repeatable. Every generation:
         # one being built by a re-index must not bring it back, nor a rollback to the previous one.
         generations = self._retriever.generations(kb_id)
@@ -262,6 +251,9 @@ class DocumentService:
         """Returns the document, the blob it no longer uses (if any) and whether work was queued."""
         source_id = fields.source_id or upload.filename or sha
         with transaction(self._sessions) as session:
+            # Again, in the transaction that records the version: a deletion accepted since the check above
+            # must not get a new document.
+            load_writable_kb(session, kb_id)
             existing = session.scalars(
                 select(Document).where(Document.kb_id == kb_id, Document.source_id == source_id).with_for_update()
             ).one_or_none()
@@ -438,6 +430,30 @@ def load_kb(session: Session, kb_id: str) -> KnowledgeBase:
     return kb
 
 
+def load_writable_kb(session: Session, kb_id: str) -> KnowledgeBase:
+    """The KB, unless it is being deleted (409: see ensure_not_deleting)."""
+    kb = load_kb(session, kb_id)
+    ensure_not_deleting(kb)
+    return kb
+
+
+def ensure_not_deleting(kb: KnowledgeBase) -> None:
+    """409, not 404, for a KB whose deletion job runs (or failed and waits for DELETE again): the KB still
+    exists (GET shows it `deleting`, with its job) and a 404 would say it is gone when a retried deletion may
+    still have to finish. Once the job has removed it, it answers 404 like any unknown id."""
+    if kb.deletion_job_id is not None:
+        raise Conflict(
+            f"knowledge base {kb.id} is being deleted (job {kb.deletion_job_id})",
+            knowledge_base_id=kb.id,
+            job_id=kb.deletion_job_id,
+        )
+
+
+def _load_writable_document(session: Session, kb_id: str, document_id: str) -> Document:
+    load_writable_kb(session, kb_id)
+    return _load_document(session, kb_id, document_id)
+
+
 def _ensure_source_id_free(session: Session, kb_id: str, source_id: str, document_id: str) -> None:
     other = session.scalars(
         select(Document.id).where(Document.kb_id == kb_id, Document.source_id == source_id, Document.id != document_id)
@@ -592,6 +608,8 @@ def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
         analyzer=KbAnalyzer.model_validate(kb.analyzer),
         sync=KbSync.model_validate(kb.sync),
         document_counts=all_counts,
+        status="deleting" if kb.deletion_job_id else "active",
+        deletion_job_id=kb.deletion_job_id,
         created_at=kb.created_at,
         updated_at=kb.updated_at,
     )

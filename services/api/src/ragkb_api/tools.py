@@ -150,8 +150,10 @@ class ToolService:
             unique = list(dict.fromkeys(kb_ids))
             self._search.require_readable_kbs(unique, caller)
             return unique
+        # Every KB the caller may read, but those being deleted: nothing of theirs is searchable any more.
+        query = select(KnowledgeBase.id).where(KnowledgeBase.deletion_job_id.is_(None))
         with self._sessions() as session:
-            every = list(session.scalars(select(KnowledgeBase.id).order_by(KnowledgeBase.created_at)))
+            every = list(session.scalars(query.order_by(KnowledgeBase.created_at)))
         return caller.readable(every)
 
     # -- text ----------------------------------------------------------------------------------------------

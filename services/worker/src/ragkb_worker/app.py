@@ -15,6 +15,7 @@ from ragkb_core.retriever_client import RetrieverClient
 from ragkb_models import EmbedderPool
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.health import start_health_server
+from ragkb_worker.kb_deletion import KbDeleter
 from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.quality_gate import QualityGate
 from ragkb_worker.reindexing import Reindexer
@@ -58,7 +59,12 @@ def create_worker_app(settings: WorkerSettings) -> Celery:
             functools.partial(enqueue_finish_reindex, app),
         )
 
-    register_tasks(app, settings.tasks, runtime, functools.cache(build_reindexer))
+    def build_kb_deleter() -> KbDeleter:
+        sessions = build_session_factory(build_engine(settings.database))
+        retriever = RetrieverClient(settings.retriever, settings.service_token)
+        return KbDeleter(sessions, retriever, BlobStore(settings.blobs.root))
+
+    register_tasks(app, settings.tasks, runtime, functools.cache(build_reindexer), functools.cache(build_kb_deleter))
     return app
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import or_, select, update
+from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.db.engine import transaction
@@ -44,7 +44,8 @@ class DocumentLedger:
         self._lease = timedelta(seconds=lease_s)
 
     def claim(self, document_id: str) -> Claim | None:
-        """Take the document for processing; None when it is done, gone, or held by a live worker."""
+        """Take the document for processing; None when it is done, gone, held by a live worker, or of a KB
+        being deleted (its row goes soon: building it would only be thrown away)."""
         now = utcnow()
         with transaction(self._sessions) as session:
             claimable = or_(
@@ -53,7 +54,7 @@ class DocumentLedger:
             )
             taken = session.execute(
                 update(Document)
-                .where(Document.id == document_id, claimable)
+                .where(Document.id == document_id, claimable, _kb_not_deleting())
                 .values(
                     status=DocumentStatus.PROCESSING,
                     lease_until=now + self._lease,
@@ -69,11 +70,12 @@ class DocumentLedger:
 
     def renew(self, claim: Claim) -> Claim | None:
         """Extend the lease and return the document's current title, labels and metadata (a PATCH may have
-        changed them meanwhile); None when the version changed or the document is gone: stop working on it."""
+        changed them meanwhile); None when the version changed, the document is gone or its KB is being
+        deleted: stop working on it."""
         with transaction(self._sessions) as session:
             renewed = session.execute(
                 update(Document)
-                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .where(Document.id == claim.document_id, Document.version == claim.version, _kb_not_deleting())
                 .values(lease_until=utcnow() + self._lease)
             ).rowcount  # type: ignore[attr-defined]
             if not renewed:
@@ -174,6 +176,11 @@ class DocumentLedger:
                 Document.status == DocumentStatus.PENDING, Document.updated_at < utcnow() - age
             )
             return list(session.scalars(query.limit(500)))
+
+
+def _kb_not_deleting() -> ColumnElement[bool]:
+    deleting = select(KnowledgeBase.id).where(KnowledgeBase.deletion_job_id.is_not(None))
+    return Document.kb_id.not_in(deleting)
 
 
 def _claim_of(session: Session, document: Document) -> Claim:

@@ -10,8 +10,9 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ragkb_core.errors import RagkbError
-from ragkb_core.queue import FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT
+from ragkb_core.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT
 from ragkb_worker.documents import Claim, DocumentLedger
+from ragkb_worker.kb_deletion import KbDeleter
 from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.reindexing import Reindexer
 from ragkb_worker.settings import TaskSettings
@@ -27,6 +28,7 @@ def register_tasks(
     settings: TaskSettings,
     runtime: Callable[[], tuple[DocumentLedger, IngestPipeline]],
     reindexer: Callable[[], Reindexer],
+    kb_deleter: Callable[[], KbDeleter],
 ) -> None:
     """`runtime` builds (once per process, lazily) the ledger and pipeline: models load in the child process."""
 
@@ -62,6 +64,18 @@ def register_tasks(
     )
     def finish_reindex(job_id: str) -> dict[str, Any]:
         return {"job_id": job_id, "status": reindexer().finish(job_id)}
+
+    # Not retried by Celery: a failure fails the job with its reason (KbDeleter.run), and DELETE again resumes
+    # it. A worker lost mid-way leaves the message to be delivered again (acks_late); every step is idempotent.
+    @app.task(  # type: ignore[untyped-decorator]
+        name=DELETE_KB,
+        acks_late=True,
+        reject_on_worker_lost=True,
+        soft_time_limit=settings.soft_time_limit_s,
+        time_limit=settings.hard_time_limit_s,
+    )
+    def delete_kb(job_id: str) -> dict[str, Any]:
+        return {"job_id": job_id, "status": kb_deleter().run(job_id)}
 
 
 def run_ingest(

@@ -57,6 +57,10 @@ class KnowledgeBase(Base):
     sync: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # ragkb_core.reindexing.IndexState as JSON: the live and previous generation and what they were built with.
     index_state: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # The `kb_delete` job that removes this KB (ragkb_core.jobs.KB_DELETE): set when the deletion is accepted,
+    # and from then on the KB is `deleting` (no uploads, syncs, re-indexes or searches) until the job deletes
+    # the row. It stays set if that job fails: a KB whose index may be gone must not take writes again.
+    deletion_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
 
@@ -105,8 +109,9 @@ class Document(Base):
 
 
 class Job(Base):
-    """A long operation. `ingest` jobs record one document's run; `sync` and `retry` jobs have items
-    (JobItem), one per document they wait for, and their progress and counts are those items'."""
+    """A long operation. `ingest` jobs record one document's run; `sync`, `retry`, `reindex` and `kb_delete`
+    jobs have items (JobItem), one per document they wait for or act on, and their progress and counts are
+    those items'."""
 
     __tablename__ = "jobs"
     __table_args__ = (Index("ix_jobs_kb", "kb_id"),)

@@ -3,9 +3,18 @@ from __future__ import annotations
 from litestar import Controller, delete, get, patch, post
 
 from ragkb_api.access import Caller
-from ragkb_api.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate
+from ragkb_api.jobs import JobService
+from ragkb_api.kb_deletion import KbDeletionService
+from ragkb_api.schemas import JobOut, KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate
 from ragkb_api.services import KnowledgeBaseService
 from ragkb_http import access
+
+DELETE_DESCRIPTION = """A job (kind `kb_delete`, 202): the KB's index is dropped first, then its documents in
+batches (progress = documents deleted of those it had), then the stored originals no other document uses,
+then the KB itself; follow GET /v1/jobs/{id} or its /events. From the moment it is accepted the KB is
+`deleting`: uploads, syncs, re-indexes and searches naming it answer 409, and once it is gone 404. A
+deletion cannot be cancelled; if it fails, DELETE again finishes it (an unfinished one is queued again and
+answered as it is). 409 while a re-index of the KB runs."""
 
 
 class KnowledgeBaseController(Controller):
@@ -37,10 +46,14 @@ class KnowledgeBaseController(Controller):
 
     @delete(
         "/{kb_id:str}",
-        status_code=204,
+        status_code=202,
         sync_to_thread=True,
-        summary="Delete a KB, its documents and index",
+        summary="Delete a KB, its documents and index, as a job",
+        description=DELETE_DESCRIPTION,
         opt=access("admin"),
     )
-    def remove(self, kb_id: str, kb_service: KnowledgeBaseService) -> None:
-        kb_service.delete(kb_id)
+    def remove(
+        self, kb_id: str, kb_deletion_service: KbDeletionService, job_service: JobService, caller: Caller
+    ) -> JobOut:
+        job_id = kb_deletion_service.start(kb_id)
+        return job_service.get(job_id, caller)
