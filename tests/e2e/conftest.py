@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,27 @@ class RunningRagkb:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    # -- one process of the three ------------------------------------------------------------------
+
+    def signal_service(self, module: str, signum: signal.Signals) -> None:
+        """Send `signum` to one service (`ragkb_worker`, `ragkb_retriever`, `ragkb_api`) and its children: the
+        launcher starts each in a process group of its own."""
+        groups = {os.getpgid(pid) for pid in service_pids(self.env["RAGKB_TEST_CWD"], module)}
+        assert groups, f"no {module} process found"
+        for group in groups:
+            os.killpg(group, signum)
+
+    @contextmanager
+    def paused(self, module: str) -> Iterator[None]:
+        """One service stopped (SIGSTOP) for the block, then continued: it answers nothing meanwhile, as a
+        hung or unreachable one would (its callers' requests time out). Stopped, not ended: the launcher
+        stops everything when the retriever or the api exits (only the worker is started again)."""
+        self.signal_service(module, signal.SIGSTOP)
+        try:
+            yield
+        finally:
+            self.signal_service(module, signal.SIGCONT)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + READY_TIMEOUT_S
@@ -176,6 +198,22 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
     yield service
     service.stop()
     service.client.close()
+
+
+def service_pids(marker_cwd: str, module: str) -> list[int]:
+    """The processes of one service (`python -m MODULE`, with its pool) of the stack started in `marker_cwd`."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if module.encode() in cmdline and f"RAGKB_TEST_CWD={marker_cwd}".encode() in environ:
+            pids.append(int(entry.name))
+    return pids
 
 
 def _flush_redis_db(db: int) -> None:

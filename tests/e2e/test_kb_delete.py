@@ -1,8 +1,11 @@
 """Deleting a knowledge base is a job: the KB is `deleting` at once, the worker deletes its index, documents
-and the blobs only it used, and another KB of the same stack (one blob shared with it) is left as it was."""
+and the blobs only it used, and another KB of the same stack (one blob shared with it) is left as it was. A
+deletion that fails (the retriever does not answer) leaves the KB `deleting` and is finished by DELETE again;
+a second copy of the task does nothing; a KB being re-indexed is not deleted."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +13,8 @@ import httpx
 import pytest
 
 from ragkb_core.blobs import BlobStore
+from ragkb_core.queue import DELETE_KB, INGEST_QUEUE, make_celery
+from ragkb_core.settings import RedisSettings
 from tests.e2e.conftest import RunningRagkb
 from tests.e2e.test_sync import read_events
 
@@ -147,3 +152,100 @@ def _assert_untouched(ragkb: RunningRagkb, kb_b: str, b_docs: list[dict[str, Any
     parking = ragkb.search("where are bicycles parked", [kb_b])
     assert parking and parking[0]["document_id"] == b_docs[0]["id"]
     assert ragkb.search("ramen on Thursdays", [kb_b])[0]["document_id"] == b_docs[1]["id"]
+
+
+def test_a_deletion_failed_while_the_retriever_hung_is_finished_by_delete_again(
+    ragkb: RunningRagkb, tmp_path: Path
+) -> None:
+    client, blobs = ragkb.client, BlobStore(Path(ragkb.env["RAGKB_BLOBS__ROOT"]))
+    kb_a, kb_b = ragkb.create_kb("doomed-while-hung"), ragkb.create_kb("kept-while-hung")
+    shared = _write(tmp_path, "parking.md", SHARED)
+    only_a = _write(tmp_path, "expenses.md", ONLY_A["expenses.md"])
+    a_docs = [ragkb.upload_file(kb_a, shared), ragkb.upload_file(kb_a, only_a)]
+    b_docs = [ragkb.upload_file(kb_b, shared)]
+    for kb_id, document in [(kb_a, d) for d in a_docs] + [(kb_b, d) for d in b_docs]:
+        assert ragkb.wait_document(kb_id, document["id"])["status"] == "done"
+    base = f"/v1/knowledge-bases/{kb_a}"
+
+    # The retriever answers nothing: the worker's drop of the index times out (RAGKB_RETRIEVER__TIMEOUT_S, 30 s)
+    # and the job fails with that reason. The api needs no retriever for any of this.
+    with ragkb.paused("ragkb_retriever"):
+        accepted = client.delete(base)
+        assert accepted.status_code == 202, accepted.text
+        job_id = accepted.json()["id"]
+        failed = ragkb.wait_job(job_id, timeout_s=180)
+        assert failed["status"] == "failed", failed
+        [error] = failed["errors"]
+        assert "retriever unreachable" in error["message"] and "DELETE it again" in error["message"], error
+        assert failed["progress"] == {"current": 0, "total": len(a_docs)}
+        shown = client.get(base).json()
+        assert (shown["status"], shown["deletion_job_id"]) == ("deleting", job_id)
+        refused = client.post(f"{base}/documents", json={"text": "still here?", "source_id": "late.md"})
+        assert "being deleted" in _problem(refused, 409)["detail"]
+        assert len(client.get(f"{base}/documents").json()) == len(a_docs)  # it failed before any document went
+
+    # DELETE again resumes the same job, which finishes now that the retriever answers.
+    again = client.delete(base)
+    assert again.status_code == 202, again.text
+    assert (again.json()["id"], again.json()["status"], again.json()["errors"]) == (job_id, "running", [])
+    finished = ragkb.wait_job(job_id)
+    assert (finished["status"], finished["errors"]) == ("succeeded", [])
+    assert finished["progress"] == {"current": len(a_docs), "total": len(a_docs)}
+    assert finished["counts"]["deleted"] == len(a_docs)
+
+    _assert_gone(ragkb, kb_a, a_docs)
+    assert not blobs.exists(a_docs[1]["sha256"])
+    _assert_untouched_shared(ragkb, kb_b, b_docs)
+    assert blobs.exists(b_docs[0]["sha256"])  # the only blob left of A's: B's document has it too
+
+    # A second copy of the task (a redelivery, or a DELETE while it ran) finds the job finished: it does nothing.
+    queue = make_celery(RedisSettings(url=ragkb.env["RAGKB_REDIS__URL"]))
+    task_id = queue.send_task(DELETE_KB, args=[job_id], queue=INGEST_QUEUE).id
+    line = _wait_log(ragkb, f"Task {DELETE_KB}[{task_id}] succeeded")
+    assert f"'job_id': '{job_id}', 'status': 'skipped'" in line, line
+    assert ragkb.wait_job(job_id) == finished
+    _assert_untouched_shared(ragkb, kb_b, b_docs)
+    client.delete(f"/v1/knowledge-bases/{kb_b}")
+
+
+def test_a_kb_being_reindexed_is_not_deleted(ragkb: RunningRagkb, tmp_path: Path) -> None:
+    client = ragkb.client
+    kb_id = ragkb.create_kb("reindexed-not-deleted")
+    document = ragkb.upload_file(kb_id, _write(tmp_path, "canteen.md", ONLY_B))
+    assert ragkb.wait_document(kb_id, document["id"])["status"] == "done"
+    base = f"/v1/knowledge-bases/{kb_id}"
+
+    # The worker is stopped: the re-index stays running (its documents queued) while the deletion is asked for.
+    with ragkb.paused("ragkb_worker"):
+        started = client.post(f"{base}/reindex", json={})
+        assert started.status_code == 202, started.text
+        reindex = started.json()["id"]
+        refused = _problem(client.delete(base), 409)
+        assert "re-index" in refused["detail"] and reindex in refused["detail"], refused
+        shown = client.get(base).json()
+        assert (shown["status"], shown["deletion_job_id"]) == ("active", None)
+        assert ragkb.search("ramen on Thursdays", [kb_id])[0]["document_id"] == document["id"]
+
+    assert ragkb.wait_job(reindex)["status"] == "succeeded"
+    accepted = client.delete(base)
+    assert accepted.status_code == 202, accepted.text
+    assert ragkb.wait_job(accepted.json()["id"])["status"] == "succeeded"
+    _problem(client.get(base), 404)
+
+
+def _assert_untouched_shared(ragkb: RunningRagkb, kb_b: str, b_docs: list[dict[str, Any]]) -> None:
+    listed = ragkb.client.get(f"/v1/knowledge-bases/{kb_b}/documents").json()
+    assert [(d["id"], d["status"]) for d in listed] == [(d["id"], "done") for d in b_docs]
+    parking = ragkb.search("where are bicycles parked", [kb_b])
+    assert parking and parking[0]["document_id"] == b_docs[0]["id"]
+
+
+def _wait_log(ragkb: RunningRagkb, text: str, timeout_s: float = 60) -> str:
+    """The first line of the stack's log that holds `text` (Celery logs every task it ran, with its result)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        for line in ragkb.log_path.read_text(errors="replace").splitlines():
+            if text in line:
+                return line
+        time.sleep(0.3)
+    raise AssertionError(f"no log line with {text!r} in {timeout_s} s")

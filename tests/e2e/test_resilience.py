@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 import time
@@ -156,25 +155,7 @@ def wait_for_version(
 
 def kill_worker_processes(ragkb: RunningRagkb) -> None:
     """SIGKILL the worker of this test's service — its main process and its pool — as a crash would."""
-    groups = {os.getpgid(pid) for pid in worker_pids(ragkb.env["RAGKB_TEST_CWD"])}
-    assert groups, "no worker process found"
-    for group in groups:
-        os.killpg(group, signal.SIGKILL)
-
-
-def worker_pids(marker_cwd: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if b"ragkb_worker" in cmdline and f"RAGKB_TEST_CWD={marker_cwd}".encode() in environ:
-            pids.append(int(entry.name))
-    return pids
+    ragkb.signal_service("ragkb_worker", signal.SIGKILL)
 
 
 def test_a_failed_update_leaves_the_previous_version_serving(ragkb: RunningRagkb, tmp_path: Path) -> None:
