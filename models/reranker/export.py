@@ -63,7 +63,8 @@ def main() -> None:
         quantize_int8(fp32_folder / "onnx" / "model.onnx", int8_file)
         groups = dev_groups(args.data)
         fp32_mrr, fp32_scores = mrr_and_scores(OnnxCrossEncoder(fp32_folder, MAX_LENGTH), groups)
-        shutil.rmtree(args.out, ignore_errors=True)
+        # Only the serving files are replaced: the model card (README.md) next to them is written by hand.
+        shutil.rmtree(args.out / "onnx", ignore_errors=True)
         (args.out / "onnx").mkdir(parents=True)
         shutil.copy(int8_file, args.out / "onnx" / "model_int8.onnx")
         for name in ("tokenizer.json", "config.json"):

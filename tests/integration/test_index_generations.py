@@ -11,10 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from litestar import Litestar
-from litestar.di import Provide
-from litestar.testing import TestClient
-from pydantic import SecretStr
 from qdrant_client import QdrantClient
 
 from ragkb_analyzer import bm25_encoder_for
@@ -22,17 +18,16 @@ from ragkb_core import ids
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, KbSearch, ScopeFilter, SearchQuery, SparseTerms
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_core.settings import AnalyzerSettings, QdrantSettings, RetrieverClientSettings
-from ragkb_http import PROBLEM_HANDLERS, service_token_guard
+from ragkb_core.settings import AnalyzerSettings, QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.filters import kb_filter
 from ragkb_retriever.index.port import GenerationInfo, IndexPoint, VectorIndex
 from ragkb_retriever.index.server import ServerIndex
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.reranking import RerankerPool
-from ragkb_retriever.routes import IndexController
 from ragkb_retriever.searching import SearchService
 from ragkb_retriever.settings import RerankerSettings
+from tests.support.in_process import in_process_retriever
 
 pytestmark = [
     pytest.mark.integration,
@@ -262,20 +257,7 @@ TOKEN = "generations-test-token"
 
 @pytest.fixture
 def client(edge: EdgeIndex) -> Iterator[RetrieverClient]:
-    service = IndexService(edge, _Models())
-    app = Litestar(
-        route_handlers=[IndexController],
-        dependencies={
-            "index_service": Provide(lambda: service, sync_to_thread=False),
-            "search_service": Provide(lambda: None, sync_to_thread=False),
-        },
-        guards=[service_token_guard(TOKEN)],
-        exception_handlers=PROBLEM_HANDLERS,
-    )
-    retriever = RetrieverClient(RetrieverClientSettings(url="http://testserver.local"), SecretStr(TOKEN))
-    with TestClient(app, base_url="http://testserver.local") as http:
-        http.headers.update(retriever._http.headers)
-        retriever._http = http  # the client's own requests, answered by the app in-process
+    with in_process_retriever(IndexService(edge, _Models()), TOKEN) as retriever:
         yield retriever
 
 

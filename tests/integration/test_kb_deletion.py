@@ -17,18 +17,15 @@ from typing import Any
 
 import pytest
 import redis
-from litestar import Litestar
-from litestar.di import Provide
-from litestar.testing import TestClient
 from pydantic import SecretStr
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.jobs import job_item, running_job
 from ragkb_api.kb_deletion import KbDeletionService
 from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
+from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict, NotFound
 from ragkb_core.ids import new_id
@@ -36,19 +33,17 @@ from ragkb_core.jobs import UPLOAD
 from ragkb_core.queue import DELETE_KB, INGEST_QUEUE, make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import (
-    DatabaseSettings,
     EmbeddingSettings,
     QdrantSettings,
     RedisSettings,
     RetrieverClientSettings,
 )
-from ragkb_http import PROBLEM_HANDLERS, service_token_guard
 from ragkb_models import EmbedderPool
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.indexing import IndexService
-from ragkb_retriever.routes import IndexController
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.kb_deletion import KbDeleter
+from tests.support.in_process import in_process_retriever, migrated_sessions
 
 pytestmark = [
     pytest.mark.integration,
@@ -63,16 +58,8 @@ DIM = 8  # the test's KB indexes are created with this vector size: no embedding
 
 @pytest.fixture
 def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = build_engine(DatabaseSettings(url=database_url))
-    migrate_to_head(engine)
-    factory = build_session_factory(engine)
-    yield factory
-    with transaction(factory) as session:  # PostgreSQL's database is shared by the session's tests
-        session.execute(delete(JobItem))
-        session.execute(delete(Job))
-        session.execute(delete(Document))
-        session.execute(delete(KnowledgeBase))
-    engine.dispose()
+    with migrated_sessions(database_url) as factory:
+        yield factory
 
 
 @pytest.fixture
@@ -87,19 +74,7 @@ def retriever(index: EdgeIndex) -> Iterator[RetrieverClient]:
     """RetrieverClient answered in-process by the retriever's internal index routes."""
     # The packaged embedding models load on first use only; nothing here asks for one.
     service = IndexService(index, EmbedderPool(EmbeddingSettings()))
-    app = Litestar(
-        route_handlers=[IndexController],
-        dependencies={
-            "index_service": Provide(lambda: service, sync_to_thread=False),
-            "search_service": Provide(lambda: None, sync_to_thread=False),
-        },
-        guards=[service_token_guard(TOKEN)],
-        exception_handlers=PROBLEM_HANDLERS,
-    )
-    client = RetrieverClient(RetrieverClientSettings(url="http://testserver.local"), SecretStr(TOKEN))
-    with TestClient(app, base_url="http://testserver.local") as http:
-        http.headers.update(client._http.headers)
-        client._http = http  # the client's own requests, answered by the app in-process
+    with in_process_retriever(service, TOKEN) as client:
         yield client
 
 

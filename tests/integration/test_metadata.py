@@ -6,33 +6,26 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import delete, inspect, select, text, update
+from sqlalchemy import inspect, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to, migrate_to_head, transaction
+from ragkb_core.db.engine import build_engine, migrate_to, migrate_to_head, transaction
 from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.ids import new_id
 from ragkb_core.jobs import refresh_job
 from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.settings import DatabaseSettings
 from ragkb_worker.documents import DocumentLedger
+from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    engine = build_engine(DatabaseSettings(url=database_url))
-    migrate_to_head(engine)
-    factory = build_session_factory(engine)
-    yield factory
-    with transaction(factory) as session:  # PostgreSQL's database is shared by the session's tests
-        session.execute(delete(JobItem))
-        session.execute(delete(Job))
-        session.execute(delete(Document))
-        session.execute(delete(KnowledgeBase))
-    engine.dispose()
+    with migrated_sessions(database_url) as factory:
+        yield factory
 
 
 def add_kb(sessions: sessionmaker[Session]) -> str:

@@ -156,6 +156,13 @@ def cancel_job(session: Session, job: Job) -> bool:
     return True
 
 
+def fail_job(session: Session, job_id: str, message: str) -> None:
+    """End a job as failed, its reason added to its errors (what it did before failing stays done)."""
+    job = session.get_one(Job, job_id)
+    job.status, job.finished_at = JobStatus.FAILED, utcnow()
+    job.errors = [*job.errors, message]
+
+
 def tally_job(session: Session, job: Job) -> JobTally:
     rows = session.execute(
         select(JobItem.action, JobItem.status, func.count())

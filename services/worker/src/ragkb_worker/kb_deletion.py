@@ -20,7 +20,7 @@ from ragkb_core.blobs import BlobStore
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import RagkbError
-from ragkb_core.jobs import DELETE, KB_DELETE, finish_if_settled
+from ragkb_core.jobs import DELETE, KB_DELETE, fail_job, finish_if_settled
 from ragkb_core.reindexing import ACTIVE_JOB_STATUSES
 
 _log = logging.getLogger("ragkb.worker")
@@ -132,9 +132,7 @@ class KbDeleter:
 
     def _fail(self, job_id: str, message: str) -> str:
         with transaction(self._sessions) as session:
-            job = session.get_one(Job, job_id)
-            job.status, job.finished_at = JobStatus.FAILED, utcnow()
-            job.errors = [*job.errors, message]
+            fail_job(session, job_id, message)
         _log.warning("KB deletion job %s failed: %s", job_id, message)
         return "failed"
 

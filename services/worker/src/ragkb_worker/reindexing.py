@@ -21,9 +21,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
+from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase
 from ragkb_core.errors import RagkbError
-from ragkb_core.jobs import REINDEX, finish_if_settled
+from ragkb_core.jobs import REINDEX, fail_job, finish_if_settled
 from ragkb_core.quality_gate import QualityCheck
 from ragkb_core.reindexing import (
     BuildSettings,
@@ -191,9 +191,7 @@ class Reindexer:
 
     def _fail(self, job_id: str, message: str) -> str:
         with transaction(self._sessions) as session:
-            job = session.get_one(Job, job_id)
-            job.status, job.finished_at = JobStatus.FAILED, utcnow()
-            job.errors = [*job.errors, message]
+            fail_job(session, job_id, message)
         _log.warning("re-index job %s failed: %s", job_id, message)
         return "failed"
 

@@ -31,49 +31,36 @@ def register_tasks(
     kb_deleter: Callable[[], KbDeleter],
 ) -> None:
     """`runtime` builds (once per process, lazily) the ledger and pipeline: models load in the child process."""
+    # Every task is acknowledged only once it ran, so a worker lost mid-way leaves it to be delivered again (each
+    # is idempotent), and is time-limited, so a stuck one fails instead of holding its item forever.
+    redeliverable: dict[str, Any] = {
+        "acks_late": True,
+        "reject_on_worker_lost": True,
+        "soft_time_limit": settings.soft_time_limit_s,
+        "time_limit": settings.hard_time_limit_s,
+    }
 
     @app.task(  # type: ignore[untyped-decorator]
         name=INGEST_DOCUMENT,
         bind=True,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        soft_time_limit=settings.soft_time_limit_s,
-        time_limit=settings.hard_time_limit_s,
+        **redeliverable,
         max_retries=settings.max_retries,
     )
     def ingest_document(self: Task, document_id: str) -> dict[str, Any]:
         ledger, pipeline = runtime()
         return run_ingest(self, ledger, pipeline, document_id, settings.max_retries)
 
-    @app.task(  # type: ignore[untyped-decorator]
-        name=REINDEX_DOCUMENT,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        soft_time_limit=settings.soft_time_limit_s,
-        time_limit=settings.hard_time_limit_s,
-    )
+    @app.task(name=REINDEX_DOCUMENT, **redeliverable)  # type: ignore[untyped-decorator]
     def reindex_document(job_id: str, document_id: str) -> dict[str, Any]:
         return {"document_id": document_id, "status": reindexer().reindex_document(job_id, document_id)}
 
-    @app.task(  # type: ignore[untyped-decorator]
-        name=FINISH_REINDEX,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        soft_time_limit=settings.soft_time_limit_s,
-        time_limit=settings.hard_time_limit_s,
-    )
+    @app.task(name=FINISH_REINDEX, **redeliverable)  # type: ignore[untyped-decorator]
     def finish_reindex(job_id: str) -> dict[str, Any]:
         return {"job_id": job_id, "status": reindexer().finish(job_id)}
 
     # Not retried by Celery: a failure fails the job with its reason (KbDeleter.run), and DELETE again resumes
     # it. A worker lost mid-way leaves the message to be delivered again (acks_late); every step is idempotent.
-    @app.task(  # type: ignore[untyped-decorator]
-        name=DELETE_KB,
-        acks_late=True,
-        reject_on_worker_lost=True,
-        soft_time_limit=settings.soft_time_limit_s,
-        time_limit=settings.hard_time_limit_s,
-    )
+    @app.task(name=DELETE_KB, **redeliverable)  # type: ignore[untyped-decorator]
     def delete_kb(job_id: str) -> dict[str, Any]:
         return {"job_id": job_id, "status": kb_deleter().run(job_id)}
 
