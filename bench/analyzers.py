@@ -21,7 +21,7 @@ import time
 from typing import Any
 
 import numpy as np
-from common import DATA, RESULTS, ndcg_at_k, read_jsonl, read_qrels, save_result
+from common import DATA, ndcg_at_k, read_jsonl, read_qrels, save_result
 from numpy.typing import NDArray
 from quality import mrr_at_10, recall_at_100
 
@@ -170,11 +170,7 @@ def main() -> None:
     shared_dictionary()  # loaded before the clock starts: build times are of analysis and encoding only
     made = encoders(settings, args.length_ablation)
     rows = [row for spec in args.corpora for row in run_corpus(spec, made, args.max_queries)]
-    path = save_result("analyzers", {"settings": settings.model_dump(), "rows": rows})
-    table = markdown(rows, settings)
-    (RESULTS / "analyzers.md").write_text(table, encoding="utf-8")
-    print(table)
-    print(f"saved {path} and {RESULTS / 'analyzers.md'}")
+    save_result("analyzers", {"settings": settings.model_dump(), "rows": rows}, markdown(rows, settings))
 
 
 if __name__ == "__main__":

@@ -113,9 +113,16 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[index]
 
 
-def save_result(name: str, result: dict[str, Any]) -> Path:
+def save_result(name: str, result: dict[str, Any], table: str | None = None) -> Path:
+    """bench/results/NAME.json, and NAME.md when there is a markdown `table` (also printed)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     result = {"machine": f"{platform.machine()} {platform.node()}", "at": time.strftime("%Y-%m-%dT%H:%M:%S"), **result}
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(result, indent=2, ensure_ascii=False))
+    if table is None:
+        print(f"saved {path}")
+        return path
+    markdown = RESULTS / f"{name}.md"
+    markdown.write_text(table.rstrip("\n") + "\n", encoding="utf-8")
+    print(f"{table.rstrip()}\nsaved {path} and {markdown}")
     return path

@@ -2,7 +2,9 @@
 
 Reports documents/s and chunks/s end to end (upload → every document `done`), the share of worker time per
 stage, and — after ingestion, on the same machine, same model and the same chunks — the raw encode
-throughput of the embedding model alone. efficiency = pipeline chunks/s ÷ raw chunks/s.
+throughput of the embedding model alone. efficiency = pipeline chunks/s ÷ raw chunks/s. While it ingests,
+the memory of each process of the stack behind --url is sampled every second (RSS and PSS, bench/processes.py;
+Linux and a stack on this machine only). Results: bench/results/ingest-<kb>.json and .md.
 
     python bench/ingest.py [--corpus scifact] [--limit N] [--url http://127.0.0.1:8000]
 """
@@ -14,9 +16,14 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import urlparse
 
 import httpx
 from common import DATA, client, delete_kb, find_kb, read_jsonl, save_result
+from processes import ProcessMemory, memory_table
+
+# The worker's stages, in pipeline order (a document's `stage_timings`).
+STAGES = ("parse", "chunk", "embed", "index")
 
 
 def upload_all(http: httpx.Client, kb_id: str, documents: list[dict[str, Any]], workers: int) -> None:
@@ -112,11 +119,14 @@ def main() -> None:
     created.raise_for_status()
     kb_id = created.json()["id"]
 
+    memory = ProcessMemory(urlparse(args.url).port or 80)
+    memory.start()
     started = time.perf_counter()
     upload_all(http, kb_id, corpus, args.upload_workers)
     uploaded_s = time.perf_counter() - started
     counts = wait_until_settled(http, kb_id, len(corpus), args.timeout)
     elapsed = time.perf_counter() - started
+    process_memory = memory.stop()
 
     documents = documents_of(http, kb_id)
     chunks = sum(document["chunk_count"] for document in documents)
@@ -138,14 +148,24 @@ def main() -> None:
         "raw_encode": raw,
         "efficiency": None if raw is None else round(pipeline_rate / raw["chunks_per_s"], 3),
         "stage_share": stage_shares(documents),
+        "process_memory": process_memory,
     }
-    path = save_result(f"ingest-{name}", result)
-    print(
-        f"| corpus | docs | chunks | seconds | docs/s | chunks/s | raw encode chunks/s | efficiency |\n"
-        f"|---|---|---|---|---|---|---|---|\n"
-        f"| {args.corpus} | {len(corpus)} | {chunks} | {elapsed:.1f} | {result['documents_per_s']} | "
-        f"{result['chunks_per_s']} | {raw['chunks_per_s'] if raw else 'skipped'} | {result['efficiency']} |\n"
-        f"stage share of worker time: {result['stage_share']}\nfailed: {counts['failed']}\nsaved {path}"
+    save_result(f"ingest-{name}", result, markdown(result))
+
+
+def markdown(result: dict[str, Any]) -> str:
+    raw = result["raw_encode"]
+    shares = " / ".join(f"{result['stage_share'].get(stage, 0):.1%}" for stage in STAGES)
+    return (
+        "| corpus | docs | chunks | failed | seconds | docs/s | chunks/s | raw encode chunks/s | efficiency | "
+        "parse / chunk / embed / index |\n"
+        "|---|---|---|---|---|---|---|---|---|---|\n"
+        f"| {result['corpus']} | {result['documents']} | {result['chunks']} | {result['counts']['failed']} | "
+        f"{result['seconds']} | {result['documents_per_s']} | {result['chunks_per_s']} | "
+        f"{raw['chunks_per_s'] if raw else 'skipped'} | {result['efficiency']} | {shares} |\n\n"
+        "Memory of each process of the stack while it ingested (sampled every second; PSS counts shared pages "
+        "once):\n\n"
+        f"{memory_table(result['process_memory'])}\n"
     )
 
 

@@ -490,10 +490,9 @@ def main() -> None:
         result = compare(spec, args) | {"at": time.strftime("%Y-%m-%dT%H:%M:%S"), "args": args_used}
         results.append(result)
         print(table(result), flush=True)
-    path = save_result("peers", {"embedding": "ragkb EmbeddingSettings()", "corpora": results})
     markdown = "\n\n".join(table(r) for r in results)
-    (RESULTS / "peers.md").write_text(f"## ragkb and its peers\n\n{markdown}\n")
-    print(f"saved {path} and {RESULTS / 'peers.md'}")
+    result = {"embedding": "ragkb EmbeddingSettings()", "corpora": results}
+    save_result("peers", result, f"## ragkb and its peers\n\n{markdown}")
 
 
 def compare(spec: str, args: argparse.Namespace) -> dict[str, Any]:

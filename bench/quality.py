@@ -7,8 +7,9 @@ For every query and run the service returns up to 100 passages; they are reduced
 (first passage wins) and scored with nDCG@10, Recall@100 and MRR@10. The runs per corpus, all in the same
 process against the same live service:
 
-- keyword, semantic, hybrid, and hybrid+rerank (when the server has a reranker; a degraded answer is
-  reported as such, never as a reranked one) on the KB bench/ingest.py made (`bench-<corpus>-<size>`).
+- keyword, semantic, hybrid, and hybrid+rerank (skipped when the server does not rerank: no reranker, or one
+  that failed to load; a degraded answer is reported as such, never as a reranked one) on the KB
+  bench/ingest.py made (`bench-<corpus>-<size>`).
   hybrid+rerank runs as a KB serves by default — top_k × candidate_multiplier fused candidates reranked, top_k
   returned — so its Recall@100 is not measured (null); its budget is lifted (`--rerank-settings` changes
   either), so the figure is the model's quality, not the machine's load at the time;
@@ -92,6 +93,14 @@ def evaluate(
     }
 
 
+def reranks(http: Any, kb_id: str, query: str) -> bool:
+    """Whether the server reranks a hybrid answer of this KB (it has a reranker, and it loaded)."""
+    body = {"query": query, "knowledge_base_ids": [kb_id], "mode": "hybrid", "settings": RERANK_SETTINGS}
+    response = http.post("/v1/search", json=body)
+    response.raise_for_status()
+    return bool(response.json().get("reranked"))
+
+
 def runs_for(
     http: Any, corpus: str, size: int, settings: dict[str, Any], rerank_settings: dict[str, Any] | None
 ) -> list[Run]:
@@ -135,6 +144,9 @@ def main() -> None:
             kb = find_kb(http, run.kb_name)
             if kb is None:
                 raise SystemExit(f"no KB {run.kb_name}: run bench/ingest.py --corpus {corpus} first")
+            if run.settings.get("rerank") and not reranks(http, kb["id"], queries[0]["text"]):
+                print(f"{run.name}: skipped (the answer was not reranked: no reranker on the server)", flush=True)
+                continue
             started = time.perf_counter()
             row = {
                 "corpus": corpus,
@@ -146,16 +158,23 @@ def main() -> None:
             rows.append(row)
             print(row, flush=True)
     name = f"quality-{args.label}" if args.label else "quality"
-    path = save_result(name, {"settings": args.settings, "rerank_settings": args.rerank_settings, "rows": rows})
-    print("| corpus | queries | run | nDCG@10 | Recall@100 | MRR@10 | server p50 ms | note |")
-    print("|---|---|---|---|---|---|---|---|")
+    result = {"settings": args.settings, "rerank_settings": args.rerank_settings, "rows": rows}
+    save_result(name, result, markdown(rows))
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| corpus | queries | run | nDCG@10 | Recall@100 | MRR@10 | server p50 ms | note |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         note = ("degraded: " + "; ".join(r["degraded"])) if r["degraded"] else ""
-        print(
-            f"| {r['corpus']} ({r['split']}) | {r['queries']} | {r['run']} | {r['ndcg@10']} | {r['recall@100']} | "
+        recall = "–" if r["recall@100"] is None else r["recall@100"]
+        lines.append(
+            f"| {r['corpus']} ({r['split']}) | {r['queries']} | {r['run']} | {r['ndcg@10']} | {recall} | "
             f"{r['mrr@10']} | {r['server_ms_p50']} | {note} |"
         )
-    print(f"saved {path}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -325,10 +325,8 @@ def main() -> None:
     with stack_for(args) as stack:
         scales = [measure_scale(stack, points, base, args) for points in sorted(args.scales)]
     result = {"corpus": corpus, "queries_per_mode": args.queries, "top_k": args.top_k, "scales": scales}
-    path = save_result("query-latency", result)
-    table = markdown(result)
-    (RESULTS / "query-latency.md").write_text(table)
-    print(f"{table}\nsaved {path}\n{plot(result)}")
+    save_result("query-latency", result, markdown(result))
+    print(plot(result))
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
-from common import DATA, RESULTS, percentile, read_jsonl, save_result
+from common import DATA, percentile, read_jsonl, save_result
 
 from ragkb_models.cross_encoder import PACKAGED_RERANKER
 from ragkb_retriever.reranking import RerankerPool
@@ -109,13 +109,9 @@ def main() -> None:
     rows = [measure(pool, name, args.candidates, args.repetitions).row() for name in COLLECTIONS]
     pool.close()
 
-    table = markdown(args.model, args, rows)
     print(f"load + warm-up: {load_s:.1f} s")
-    print(table)
     result = {"model": args.model, "load_s": round(load_s, 2), **vars(args), "results": rows}
-    path = save_result("rerank-latency", result)
-    (RESULTS / "rerank-latency.md").write_text(table, encoding="utf-8")
-    print(f"saved {path} and {RESULTS / 'rerank-latency.md'}")
+    save_result("rerank-latency", result, markdown(args.model, args, rows))
 
 
 if __name__ == "__main__":

@@ -84,6 +84,26 @@ def test_unknown_kb_and_bad_key_are_errors_with_exit_2(cli: Cli) -> None:
     assert refused.stderr.startswith("error: Unauthorized: ")
 
 
+def test_kb_delete_asks_for_yes_then_deletes_and_waits(cli: Cli, ragkb: RunningRagkb) -> None:
+    name = unique("cli-delete")
+    kb_id = cli("kb", "create", name).stdout.strip()
+    accepted = ragkb.upload_file(kb_id, REPO / "examples" / "travel-policy.md", source_id="travel-policy.md")
+    assert ragkb.wait_document(kb_id, accepted["id"])["status"] == "done"
+
+    unconfirmed = cli("kb", "delete", name)
+    assert unconfirmed.returncode == 2
+    assert "add --yes" in unconfirmed.stderr
+    assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").status_code == 200
+
+    deleted = cli("kb", "delete", name, "--yes")
+    assert deleted.returncode == 0, deleted.stderr
+    assert deleted.stdout.strip() == f"deleted {name} ({kb_id}): 1 documents"
+    assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").status_code == 404
+    again = cli("kb", "delete", kb_id, "--yes")
+    assert again.returncode == 2
+    assert again.stderr.startswith("error: Not found: no knowledge base named")
+
+
 # -- sync (POST /v1/knowledge-bases/{kb_id}/sync; skipped until the server has it) --------------------------
 
 

@@ -130,8 +130,9 @@ def write_ingest(bench: SimpleNamespace) -> None:
             "raw_encode": raw,
             "efficiency": None if raw is None else 0.1,
             "stage_share": bench.ingest.stage_shares(documents),
+            "process_memory": {"unavailable": "no ragkb process listens on port 8000 on this machine"},
         }
-        bench.common.save_result(f"ingest-{name}", result)
+        bench.common.save_result(f"ingest-{name}", result, bench.ingest.markdown(result))
     # bench/formats.py's rows, key for key.
     formats = [
         {

@@ -19,7 +19,7 @@ import pytest
 from ragkb_cli.__main__ import main
 from ragkb_cli.api import ApiClient, ApiError, parse_sse, retry_after_s
 from ragkb_cli.files import ledger_path, sha256_file
-from ragkb_cli.output import plan_lines, search_lines, snippet
+from ragkb_cli.output import deletion_line, plan_lines, search_lines, snippet
 from ragkb_cli.progress import no_progress
 from ragkb_cli.sync import SyncOptions, SyncRun
 
@@ -423,3 +423,13 @@ def test_an_ambiguous_kb_name_asks_for_the_id(fake: FakeRagkb) -> None:
     fake.add_kb("twin", "kb_b")
     with ApiClient(URL, KEY, transport=fake.transport) as api, pytest.raises(ApiError, match="use an id"):
         api.resolve_kb("twin")
+
+
+def test_deletion_line_says_done_still_going_or_failed_with_the_reason() -> None:
+    kb = {"id": "kb_1", "name": "handbook"}
+    job = {"id": "job_9", "progress": {"current": 40, "total": 120}, "errors": []}
+    assert deletion_line(kb, job | {"status": "succeeded"}) == "deleted handbook (kb_1): 120 documents"
+    running = deletion_line(kb, job | {"status": "running"})
+    assert running == "deleting handbook (kb_1): job job_9 running, 40/120 documents (follow it: GET /v1/jobs/job_9)"
+    failed = deletion_line(kb, job | {"status": "failed", "errors": [{"source_id": None, "message": "index: timeout"}]})
+    assert failed == "deleting handbook (kb_1) failed: index: timeout (run the same command again to resume)"

@@ -18,7 +18,15 @@ from ragkb_cli import __version__
 from ragkb_cli.api import ApiClient, ApiError, Json
 from ragkb_cli.evaluate import BeirFolder, evaluation_body, metric_lines, upload_corpus
 from ragkb_cli.files import ledger_path
-from ragkb_cli.output import excluded_lines, failure_lines, kb_table, plan_lines, search_lines, summary_line
+from ragkb_cli.output import (
+    deletion_line,
+    excluded_lines,
+    failure_lines,
+    kb_table,
+    plan_lines,
+    search_lines,
+    summary_line,
+)
 from ragkb_cli.progress import terminal_progress
 from ragkb_cli.sync import SyncOptions, SyncRun
 
@@ -69,6 +77,23 @@ def kb_list(api: ApiClient, args: argparse.Namespace) -> int:
     kbs = api.list_kbs()
     _print_lines([json.dumps(kbs, ensure_ascii=False, indent=2)] if args.json else kb_table(kbs))
     return EXIT_OK
+
+
+def kb_delete(api: ApiClient, args: argparse.Namespace) -> int:
+    kb = api.resolve_kb(args.kb)
+    if not args.yes:
+        print(
+            f"error: deleting {kb['name']} ({kb['id']}) removes its documents and index for good: add --yes",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
+    job = api.delete_kb(str(kb["id"]))
+    if args.no_wait:
+        print(deletion_line(kb, job))
+        return EXIT_OK
+    job = api.wait_job(str(job["id"]), args.timeout)
+    print(deletion_line(kb, job))
+    return EXIT_OK if job["status"] == "succeeded" else EXIT_FAILURES
 
 
 def search(api: ApiClient, args: argparse.Namespace) -> int:
@@ -174,7 +199,7 @@ def _connection(suppress: bool = False) -> argparse.ArgumentParser:
 
 
 def _add_kb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    kb = commands.add_parser("kb", help="create or list knowledge bases")
+    kb = commands.add_parser("kb", help="create, list or delete knowledge bases")
     actions = kb.add_subparsers(required=True, metavar="ACTION")
     create = actions.add_parser("create", help="create a KB and print its id", parents=[_connection(True)])
     create.add_argument("name")
@@ -182,6 +207,16 @@ def _add_kb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     listing = actions.add_parser("list", help="the KBs with their document counts", parents=[_connection(True)])
     listing.add_argument("--json", action="store_true", help="print the raw JSON")
     listing.set_defaults(command=kb_list)
+    deleting = actions.add_parser(
+        "delete", help="delete a KB: its documents, index and stored originals", parents=[_connection(True)]
+    )
+    deleting.add_argument("kb", metavar="KB", help="KB name or id")
+    deleting.add_argument("--yes", action="store_true", help="confirm: the deletion cannot be undone")
+    deleting.add_argument("--no-wait", action="store_true", help="print the job and return; do not wait for it")
+    deleting.add_argument(
+        "--timeout", type=float, default=3600.0, help="seconds to wait for the deletion to finish (default 3600)"
+    )
+    deleting.set_defaults(command=kb_delete)
 
 
 def _add_sync(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

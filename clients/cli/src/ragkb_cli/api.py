@@ -18,6 +18,7 @@ Json = dict[str, Any]
 # A key past its bucket waits and tries again; a server that keeps answering 429 is an error in the end.
 MAX_RATE_LIMITED_TRIES = 10
 DEFAULT_RETRY_AFTER_S = 1.0
+TERMINAL_JOB_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 
 
 class ApiError(Exception):
@@ -128,6 +129,10 @@ class ApiClient:
             raise ApiError(404, "Not found", f"no knowledge base named {name_or_id!r} (or with that id)")
         return by_name[0]
 
+    def delete_kb(self, kb_id: str) -> Json:
+        """Start deleting a KB (or resume an unfinished deletion); answers the `kb_delete` job."""
+        return self._json(lambda: self._http.delete(f"/v1/knowledge-bases/{kb_id}"))
+
     def search(self, query: str, kb_ids: list[str], mode: str | None = None, top_k: int | None = None) -> Json:
         body: Json = {"query": query, "knowledge_base_ids": kb_ids}
         if mode:
@@ -185,6 +190,15 @@ class ApiClient:
 
     def job(self, job_id: str) -> Json:
         return self._json(lambda: self._http.get(f"/v1/jobs/{job_id}"))
+
+    def wait_job(self, job_id: str, timeout_s: float, poll_interval_s: float = 1.0) -> Json:
+        """The job once it has ended, or as it stands when `timeout_s` runs out (its status says which)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            job = self.job(job_id)
+            if job.get("status") in TERMINAL_JOB_STATUSES or time.monotonic() >= deadline:
+                return job
+            self._sleep(poll_interval_s)
 
     def job_events(self, job_id: str) -> Iterator[tuple[str, Json]]:
         """The job's event stream as (event, data); raises `ApiError` or `httpx.HTTPError` when it breaks."""

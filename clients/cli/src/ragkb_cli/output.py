@@ -49,6 +49,19 @@ def kb_table(kbs: list[Json]) -> list[str]:
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
 
+def deletion_line(kb: Json, job: Json) -> str:
+    """Where a KB's deletion job stands: done, still going (with how to follow it), or failed (and why)."""
+    name = f"{kb['name']} ({kb['id']})"
+    progress: Json = job.get("progress") or {}
+    if job["status"] == "succeeded":
+        return f"deleted {name}: {progress.get('total', 0)} documents"
+    if job["status"] == "failed":
+        reasons = "; ".join(str(error.get("message", "")) for error in job.get("errors", []))
+        return f"deleting {name} failed: {reasons or 'no reason given'} (run the same command again to resume)"
+    done = f"{progress.get('current', 0)}/{progress.get('total', 0)} documents"
+    return f"deleting {name}: job {job['id']} {job['status']}, {done} (follow it: GET /v1/jobs/{job['id']})"
+
+
 def search_lines(answer: Json) -> list[str]:
     """Per result: rank, score, title (source id), page; then a one-line snippet of the passage."""
     results: list[Json] = answer.get("results", [])

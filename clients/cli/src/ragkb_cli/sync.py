@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from ragkb_cli.api import ApiClient, ApiError, Json
+from ragkb_cli.api import TERMINAL_JOB_STATUSES, ApiClient, ApiError, Json
 from ragkb_cli.files import (
     Fingerprints,
     Hasher,
@@ -26,7 +26,6 @@ from ragkb_cli.files import (
 )
 from ragkb_cli.progress import ProgressFactory
 
-TERMINAL_JOB_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
 POLL_INTERVAL_S = 1.0
 
 
