@@ -47,6 +47,7 @@ import argparse
 import gc
 import importlib.metadata
 import json
+import os
 import statistics
 import subprocess
 import tempfile
@@ -159,6 +160,9 @@ class LanceDbPeer:
         self._table: Any = None
 
     def build(self, ids: list[str], texts: list[str], vectors: Vectors | None) -> None:
+        # Its Rust logger warns on every hybrid query that a future version will stop adding `_score` and
+        # `_distance` columns (thousands of lines per run); read before the import, errors still shown.
+        os.environ.setdefault("LANCEDB_LOG", "error")
         import lancedb
         import pyarrow as pa
         from lancedb.index import FTS

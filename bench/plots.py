@@ -8,7 +8,8 @@
 - latency.png (query*.json, bench/query.py): one client's HTTP latency (bar p50, whisker to p95) and the
   concurrent clients' queries/s, a group per index size, a bar per mode.
 - ingest.png (ingest*.json, bench/ingest.py and bench/formats.py): pipeline chunks/s next to the model's raw
-  encode rate per KB, chunks/s per file format, and the worker's time per stage (stacked shares).
+  encode rate per KB, chunks/s per file format, the worker's time per stage (stacked shares), and each
+  service's peak memory while it ingested (PSS of its processes summed, where bench/ingest.py measured it).
 - peers.png (peers*.json, bench/peers.py): nDCG@10, MRR@10, query latency p50 and ingest docs/s, a group per
   corpus, a bar per system (ragkb's ingest is bench/ingest.py's end-to-end figure, a peer's is its own embedding
   path; ragkb's latency is an HTTP request, a peer's an in-process call plus the query embedding).
@@ -176,7 +177,8 @@ def draw_latency(results: list[Result]) -> Figure:
 def draw_ingest(results: list[Result]) -> Figure:
     kbs = [result for _, result in results if "formats" not in result]
     formats = [row for _, result in results if "formats" in result for row in result["formats"]]
-    panels = (1 if kbs else 0) + (1 if formats else 0) + 1
+    measured = [kb for kb in kbs if "pss_mb_peak_by_role" in (kb.get("process_memory") or {})]
+    panels = (1 if kbs else 0) + (1 if formats else 0) + 1 + (1 if measured else 0)
     figure, axes = new_figure(panels, 1, max(len(kbs), len(formats)), 2)
     panel = iter(axes)
     if kbs:
@@ -210,6 +212,14 @@ def draw_ingest(results: list[Result]) -> Figure:
     axis.invert_yaxis()
     axis.set(xlim=(0, 1), xlabel="share of worker time", title="Worker time per stage")
     axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
+    if measured:
+        axis = next(panel)
+        by_role = [kb["process_memory"]["pss_mb_peak_by_role"] for kb in measured]
+        roles = in_order([role for totals in by_role for role in totals])
+        series = {role.removeprefix("ragkb_"): [number(totals.get(role)) for totals in by_role] for role in roles}
+        grouped_bars(axis, [kb["knowledge_base"] for kb in measured], series, value_format="{:.0f}")
+        axis.set(ylabel="MB", title="Peak memory while ingesting, per service (PSS, its processes summed)")
+        axis.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.01, 1))
     return figure
 
 

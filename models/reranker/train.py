@@ -13,7 +13,8 @@ text would otherwise drift away from those present, and the optimiser runs faste
 
 A checkpoint (weights, optimiser, schedule, step, RNG states) is written every `--checkpoint-every` steps and at
 the end of the time budget; rerunning the same command resumes from it, so the run can span sessions. The
-finished model is saved as a transformers folder (`<run>/model`) that `export.py` turns into ONNX.
+finished model is saved as a transformers folder (`<run>/model`) that `export.py` turns into ONNX. `--device`
+trains on an accelerator where there is one (CUDA); a checkpoint resumes on either device.
 """
 
 from __future__ import annotations
@@ -46,16 +47,17 @@ def read_groups(path: Path) -> list[dict[str, Any]]:
 class PairEncoder:
     """(query, passage) pairs → padded id and mask tensors, XLM-R pair template, passage truncated first."""
 
-    def __init__(self, folder: Path, pad_id: int) -> None:
+    def __init__(self, folder: Path, pad_id: int, device: torch.device) -> None:
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         self._tokenizer.enable_truncation(max_length=MAX_LENGTH, strategy="only_second")
         self._tokenizer.enable_padding(pad_id=pad_id)
+        self._device = device
 
     def __call__(self, pairs: list[tuple[str, str]]) -> dict[str, torch.Tensor]:
         encodings = self._tokenizer.encode_batch(pairs)
         return {
-            "input_ids": torch.tensor([e.ids for e in encodings]),
-            "attention_mask": torch.tensor([e.attention_mask for e in encodings]),
+            "input_ids": torch.tensor([e.ids for e in encodings], device=self._device),
+            "attention_mask": torch.tensor([e.attention_mask for e in encodings], device=self._device),
         }
 
 
@@ -70,7 +72,8 @@ def group_pairs(groups: list[dict[str, Any]], negatives: int, rng: random.Random
 
 def ranking_loss(logits: torch.Tensor, group_size: int) -> torch.Tensor:
     grouped = logits.view(-1, group_size)
-    listwise = nn.functional.cross_entropy(grouped, torch.zeros(grouped.shape[0], dtype=torch.long))
+    targets = torch.zeros(grouped.shape[0], dtype=torch.long, device=logits.device)
+    listwise = nn.functional.cross_entropy(grouped, targets)
     labels = torch.zeros_like(grouped)
     labels[:, 0] = 1.0
     pointwise = nn.functional.binary_cross_entropy_with_logits(grouped, labels)
@@ -102,11 +105,12 @@ class Trainer:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
-        self.model = BertForSequenceClassification.from_pretrained(args.student)
+        self.device = torch.device(args.device)
+        self.model = BertForSequenceClassification.from_pretrained(args.student).to(self.device)
         self.model.bert.embeddings.word_embeddings.weight.requires_grad_(False)
         for layer in self.model.bert.encoder.layer[: args.freeze_layers]:
             layer.requires_grad_(False)
-        self.encode = PairEncoder(args.student, self.model.config.pad_token_id)
+        self.encode = PairEncoder(args.student, self.model.config.pad_token_id, self.device)
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(trainable, lr=args.lr, weight_decay=0.01)
         warmup = args.steps // 20
@@ -118,13 +122,14 @@ class Trainer:
     def resume(self) -> bool:
         if not self.checkpoint_path.exists():
             return False
-        state = torch.load(self.checkpoint_path, weights_only=False)
+        # Loaded onto this run's device: a run may start on an accelerator and resume on CPU, or the reverse.
+        state = torch.load(self.checkpoint_path, weights_only=False, map_location=self.device)
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.step = state["step"]
         self.rng.setstate(state["rng"])
-        torch.set_rng_state(state["torch_rng"])
+        torch.set_rng_state(state["torch_rng"].cpu())
         return True
 
     def checkpoint(self) -> None:
@@ -178,7 +183,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--max-minutes", type=float, default=60, help="stop (with a checkpoint) after this long")
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--dev-every", type=int, default=500)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2, help="CPU threads")
+    parser.add_argument(
+        "--device",
+        default="cuda" if torch.cuda.is_available() else "cpu",
+        help="where the model trains (default: cuda when there is one, else cpu); checkpoints move between them",
+    )
     return parser.parse_args()
 
 

@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 # The model a KB may be re-indexed with besides the default multilingual-e5-small (tests/e2e/test_reindex.py).
 MINILM = "all-MiniLM-L6-v2"
 READY_TIMEOUT_S = 600
+MAX_BATCH_DOCUMENTS = 5  # small, so that a test can go over it
 
 
 def free_port() -> int:
@@ -175,6 +176,7 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         # never takes these tasks.
         "RAGKB_REDIS__URL": f"redis://127.0.0.1:6379/{redis_db}",
         "RAGKB_LIMITS__MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
+        "RAGKB_LIMITS__MAX_BATCH_DOCUMENTS": str(MAX_BATCH_DOCUMENTS),
         "RAGKB_TASKS__SWEEP_INTERVAL_S": "2",
         "RAGKB_TASKS__LEASE_S": "20",
         # One task process: the tests check behaviour, not throughput, and the suite's CPU goes further to the

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import RunningRagkb
+from tests.e2e.conftest import MAX_BATCH_DOCUMENTS, RunningRagkb
 
 pytestmark = pytest.mark.e2e
 PROBLEM = "application/problem+json"
@@ -140,6 +140,42 @@ def test_bad_uploads_get_clear_errors_and_store_nothing(ragkb: RunningRagkb, tmp
     bad_metadata = ragkb.client.post(documents, files={"file": ("a.md", b"# A\ntext")}, data={"metadata": "[]"})
     assert bad_metadata.status_code == 422
     assert ragkb.client.get(documents).json() == []
+
+
+def test_a_batch_upload_accepts_each_good_item_and_refuses_each_bad_one_alone(ragkb: RunningRagkb) -> None:
+    kb_id = ragkb.create_kb("batch")
+    batch = f"/v1/knowledge-bases/{kb_id}/documents/batch"
+    items = [
+        {"text": "Bicycles may be parked in the basement.", "source_id": "bikes", "labels": ["facilities"]},
+        {"text": "", "source_id": "empty"},
+        "not a document",
+        {"text": "Visitors sign in at the front desk.", "source_id": "visitors", "title": "Visitors"},
+    ]
+    response = ragkb.client.post(batch, json={"documents": items})
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert (answer["accepted"], answer["failed"]) == (2, 2)
+    results = answer["results"]
+    assert [(r["index"], r["source_id"]) for r in results] == [(0, "bikes"), (1, None), (2, None), (3, "visitors")]
+    assert [r["error"]["status"] for r in results if r["error"]] == [422, 422]
+    assert results[1]["error"]["errors"][0]["loc"] == ["text"]
+    for result in (results[0], results[3]):
+        assert ragkb.wait_document(kb_id, result["document"]["id"])["status"] == "done"
+    assert ragkb.search("where can I park my bicycle?", [kb_id], top_k=1)[0]["source_id"] == "bikes"
+    listed = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents").json()
+    assert sorted(document["source_id"] for document in listed) == ["bikes", "visitors"]
+
+    again = ragkb.client.post(batch, json={"documents": items[:1]}).json()
+    assert again["results"][0]["document"]["unchanged"] is True
+
+    too_many = ragkb.client.post(batch, json={"documents": items[:1] * (MAX_BATCH_DOCUMENTS + 1)})
+    assert too_many.status_code == 422 and too_many.headers["content-type"].startswith(PROBLEM)
+    assert f"at most {MAX_BATCH_DOCUMENTS} documents" in too_many.json()["detail"]
+    assert ragkb.client.post(batch, json={"documents": []}).status_code == 422
+    assert ragkb.client.post(batch, json=items).status_code == 422
+    assert ragkb.client.post(batch, content=b"text", headers={"content-type": "text/plain"}).status_code == 415
+    unknown = ragkb.client.post("/v1/knowledge-bases/kb_missing/documents/batch", json={"documents": items[:1]})
+    assert unknown.status_code == 404
 
 
 def test_hostile_file_names_are_reduced_to_a_base_name(ragkb: RunningRagkb) -> None:

@@ -113,6 +113,19 @@ def write_ingest(bench: SimpleNamespace) -> None:
         {"chunk_count": 3, "stage_timings": {"parse": 0.1, "chunk": 0.1, "embed": 0.7, "index": 0.1}},
         {"chunk_count": 2, "stage_timings": {"parse": 0.2, "chunk": 0.1, "embed": 0.6, "index": 0.1}},
     ]
+    # bench/processes.py's summary of a stack of one api, one retriever and two worker processes.
+    rows = [
+        (1, "ragkb_api", 110.0),
+        (2, "ragkb_retriever", 1300.0),
+        (3, "ragkb_worker", 120.0),
+        (4, "ragkb_worker", 1200.0),
+    ]
+    processes = [
+        {"pid": pid, "role": role, "rss_mb_start": pss, "rss_mb_peak": pss, "rss_mb_end": pss, "pss_mb_peak": pss}
+        for pid, role, pss in rows
+    ]
+    totals = {"ragkb_api": 110.0, "ragkb_retriever": 1300.0, "ragkb_worker": 1320.0}
+    memory = {"interval_s": 1.0, "processes": processes, "pss_mb_peak_by_role": totals}
     for name, raw in (("bench-scifact-5183", {"chunks": 1000, "seconds": 10.0, "chunks_per_s": 100.0}), ("b", None)):
         # bench/ingest.py's result, key for key; the second KB was ingested with --skip-raw.
         result = {
@@ -130,7 +143,7 @@ def write_ingest(bench: SimpleNamespace) -> None:
             "raw_encode": raw,
             "efficiency": None if raw is None else 0.1,
             "stage_share": bench.ingest.stage_shares(documents),
-            "process_memory": {"unavailable": "no ragkb process listens on port 8000 on this machine"},
+            "process_memory": memory if raw else {"unavailable": "no ragkb process listens on port 8000"},
         }
         bench.common.save_result(f"ingest-{name}", result, bench.ingest.markdown(result))
     # bench/formats.py's rows, key for key.
@@ -253,7 +266,8 @@ def test_every_kind_becomes_a_png_with_a_bar_per_measured_cell(bench: SimpleName
     assert [tick.get_text() for tick in latency[0].get_xticklabels()] == ["10,000 chunks", "100,000 chunks"]
 
     # ingest: pipeline × 2 KBs + raw encode × 1; 3 formats; stage shares: 4 stages × (2 KBs + 3 formats).
-    assert [bars(axis) for axis in figures["ingest"].axes] == [3, 3, 20]
+    # memory: one KB measured, a bar per service (api, retriever, worker).
+    assert [bars(axis) for axis in figures["ingest"].axes] == [3, 3, 20, 3]
 
     # peers: nDCG@10, MRR@10, latency: 4 systems; ingest: the 3 peers (ragkb has no ingest file).
     assert [bars(axis) for axis in figures["peers"].axes] == [4, 4, 4, 3]

@@ -151,6 +151,9 @@ class AnalyzerSettings(BaseModel):
 
 class LimitSettings(BaseModel):
     max_upload_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    max_batch_documents: int = Field(
+        default=100, ge=1, description="Most documents one batch upload (POST .../documents/batch) may carry."
+    )
     max_text_chars: int = Field(default=5_000_000, ge=1)
     max_query_chars: int = Field(default=2000, ge=1)
     # Parsing limits, checked by the worker's parsers before the expensive step they guard.

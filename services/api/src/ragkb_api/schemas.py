@@ -178,6 +178,36 @@ class DocumentAccepted(DocumentOut):
     unchanged: bool = False
 
 
+class TextDocumentBatch(BaseModel):
+    """Several JSON documents (each as the JSON upload takes one) in one request. Items are validated one by
+    one, so that one bad item is refused alone."""
+
+    documents: list[Any] = Field(min_length=1)
+
+
+class BatchItemError(BaseModel):
+    """Why one item of a batch was refused: the problem details a single upload would have answered."""
+
+    status: int
+    title: str
+    detail: str
+    errors: list[dict[str, Any]] | None = None
+
+
+class BatchItemResult(BaseModel):
+    index: int
+    source_id: str | None
+    document: DocumentAccepted | None = None
+    error: BatchItemError | None = None
+
+
+class BatchAccepted(BaseModel):
+    accepted: int
+    failed: int
+    # One per item, in the request's order: a document (accepted, or unchanged) or an error.
+    results: list[BatchItemResult]
+
+
 class KeySearchFilter(BaseModel):
     """A key's mandatory search filter: ANDed into every search the key makes (same fields as `filters`)."""
 

@@ -28,6 +28,9 @@ from ragkb_api.schemas import (
     ApiKeyCreated,
     ApiKeyOut,
     ApiKeyPatch,
+    BatchAccepted,
+    BatchItemError,
+    BatchItemResult,
     DocumentAccepted,
     DocumentFields,
     DocumentOut,
@@ -42,7 +45,7 @@ from ragkb_api.sync import compile_exclude
 from ragkb_core.blobs import BlobStore
 from ragkb_core.db.engine import transaction
 from ragkb_core.db.models import ApiKey, Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
-from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, Unauthorized
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, RagkbError, Unauthorized
 from ragkb_core.formats import PLAIN_TEXT, detect_media_type
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
@@ -61,6 +64,10 @@ class Upload:
     data: bytes
     filename: str | None
     declared_type: str | None
+
+
+# One document's fields and content, read and validated, ready for DocumentService.accept.
+PreparedUpload = tuple[DocumentFields, Upload]
 
 
 class KnowledgeBaseService:
@@ -163,6 +170,31 @@ class DocumentService:
         if replaced_blob:
             _delete_unreferenced_blobs(self._sessions, self._blobs, {replaced_blob})
         return DocumentAccepted(**document_out(document).model_dump(), unchanged=not changed)
+
+    def accept_batch(self, kb_id: str, items: Sequence[PreparedUpload | RagkbError]) -> BatchAccepted:
+        """Accept each item on its own, in order: an item that was refused (here, or already when it was read)
+        is reported with its error and the others still go in. The KB itself must exist and take writes."""
+        if len(items) > self._limits.max_batch_documents:
+            raise InvalidInput(
+                f"a batch carries at most {self._limits.max_batch_documents} documents, not {len(items)}"
+            )
+        with self._sessions() as session:
+            load_writable_kb(session, kb_id)
+        results = [self._accept_item(kb_id, index, item) for index, item in enumerate(items)]
+        failed = sum(1 for result in results if result.error is not None)
+        return BatchAccepted(accepted=len(results) - failed, failed=failed, results=results)
+
+    def _accept_item(self, kb_id: str, index: int, item: PreparedUpload | RagkbError) -> BatchItemResult:
+        try:
+            if isinstance(item, RagkbError):
+                raise item
+            fields, upload = item
+            return BatchItemResult(index=index, source_id=fields.source_id, document=self.accept(kb_id, fields, upload))
+        except RagkbError as exc:
+            source_id = None if isinstance(item, RagkbError) else item[0].source_id
+            errors = exc.extra.get("errors")
+            error = BatchItemError(status=exc.status, title=exc.title, detail=exc.detail, errors=errors)
+            return BatchItemResult(index=index, source_id=source_id, error=error)
 
     def list(self, kb_id: str, status: str | None) -> list[DocumentOut]:
         with self._sessions() as session:

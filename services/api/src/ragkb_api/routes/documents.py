@@ -9,9 +9,17 @@ from litestar.datastructures import UploadFile
 from litestar.params import Parameter
 from pydantic import ValidationError
 
-from ragkb_api.schemas import DocumentAccepted, DocumentFields, DocumentOut, DocumentPatch, TextDocumentCreate
-from ragkb_api.services import DocumentService, Upload
-from ragkb_core.errors import InvalidInput, UnsupportedMediaType
+from ragkb_api.schemas import (
+    BatchAccepted,
+    DocumentAccepted,
+    DocumentFields,
+    DocumentOut,
+    DocumentPatch,
+    TextDocumentBatch,
+    TextDocumentCreate,
+)
+from ragkb_api.services import DocumentService, PreparedUpload, Upload
+from ragkb_core.errors import InvalidInput, RagkbError, UnsupportedMediaType
 from ragkb_http import access
 
 StatusFilter = Literal["pending", "processing", "done", "failed"]
@@ -20,6 +28,12 @@ UPLOAD_DESCRIPTION = """Add a document, or a new version of one (same `source_id
 Either `multipart/form-data` with `file` and optional `source_id`, `title`, `labels` (JSON array or
 comma-separated), `metadata` (JSON object), `doc_type`; or `application/json` with `text` and the same
 optional fields. Answers 202 with the document; `unchanged: true` when the content equals the live version."""
+BATCH_DESCRIPTION = """Add up to `max_batch_documents` (default 100) text documents, or new versions, in one request:
+`{"documents": [{text, source_id?, title?, labels?, metadata?, doc_type?}, ...]}`, each item as the JSON upload
+takes it. Each item is accepted or refused on its own: 200 with `accepted`, `failed` and one result per item in
+order, `document` (as the single upload answers it) or `error` (the problem a single upload would have
+answered). A batch counts as one request for the rate limit; its body has the single upload's size limit. An
+unknown KB, one being deleted, or a body that is not a batch refuses the whole request."""
 
 
 class DocumentController(Controller):
@@ -33,6 +47,25 @@ class DocumentController(Controller):
         fields, upload = await _read_upload(request)
         # Hashing, writing the blob and the database are blocking: keep them off the event loop.
         return await run_sync(document_service.accept, kb_id, fields, upload)
+
+    @post(
+        "/batch",
+        status_code=200,
+        summary="Upload several text documents at once",
+        description=BATCH_DESCRIPTION,
+        opt=access("write"),
+    )
+    async def upload_batch(
+        self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService
+    ) -> BatchAccepted:
+        if request.content_type[0] != "application/json":
+            raise UnsupportedMediaType(
+                f"a batch is application/json, not {request.content_type[0] or 'no content type'}",
+                supported_media_types=["application/json"],
+            )
+        batch = _validate(TextDocumentBatch, _json_body(await request.body()), "the batch is not valid")
+        items = [_prepared_or_error(raw) for raw in batch.documents]
+        return await run_sync(document_service.accept_batch, kb_id, items)
 
     @get("/", sync_to_thread=True, summary="List documents, optionally by status", opt=access("read"))
     def list_all(
@@ -109,22 +142,37 @@ async def _read_multipart(request: Request[Any, Any, Any]) -> tuple[DocumentFiel
     return fields, Upload(data=data, filename=_clean_filename(file.filename), declared_type=file.content_type)
 
 
-def _read_json(body: bytes) -> tuple[DocumentFields, Upload]:
+def _read_json(body: bytes) -> PreparedUpload:
+    return _text_document(_json_body(body))
+
+
+def _json_body(body: bytes) -> Any:
     try:
-        raw = json.loads(body)
+        return json.loads(body)
     except ValueError as exc:
         raise InvalidInput("the body is not valid JSON") from exc
+
+
+def _text_document(raw: Any) -> PreparedUpload:
     document = _validate(TextDocumentCreate, raw)
     fields = DocumentFields.model_validate(document.model_dump(exclude={"text"}))
     return fields, Upload(data=document.text.encode("utf-8"), filename=None, declared_type="text/plain")
 
 
-def _validate(model: Any, raw: Any) -> Any:
+def _prepared_or_error(raw: Any) -> PreparedUpload | RagkbError:
+    """A batch item read as a single JSON upload is; its error is kept for its own result, not raised."""
+    try:
+        return _text_document(raw)
+    except RagkbError as exc:
+        return exc
+
+
+def _validate(model: Any, raw: Any, message: str = "the document fields are not valid") -> Any:
     try:
         return model.model_validate(raw)
     except ValidationError as exc:
         errors = [{"loc": list(e["loc"]), "message": e["msg"]} for e in exc.errors()]
-        raise InvalidInput("the document fields are not valid", errors=errors) from exc
+        raise InvalidInput(message, errors=errors) from exc
 
 
 def _parse_labels(value: Any) -> list[str]:
