@@ -16,7 +16,8 @@ server has a reranker), sends real SciFact queries through the public `POST /v1/
   assemble; a stage the server does not report is absent);
 - --concurrency clients (threads, one connection each) sharing --queries requests: queries/s and p50/p95.
 
-Results: bench/results/query-latency.json and .md. Retrieval quality (nDCG@10 per mode on a corpus
+Results: bench/results/query-latency.json and .md (`--label 1m`: query-latency-1m.*, e.g. for
+`--scales 1000000 --large`, next to the default run's). Retrieval quality (nDCG@10 per mode on a corpus
 ingested by bench/ingest.py) is bench/quality.py.
 """
 
@@ -33,7 +34,7 @@ from typing import Any
 
 import httpx
 import scale
-from common import DATA, RESULTS, percentile, read_jsonl, save_result
+from common import DATA, percentile, read_jsonl, save_result
 from stack import Stack, local_stack
 
 WARM_UP = 20
@@ -261,32 +262,6 @@ def markdown(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(result: dict[str, Any]) -> str:
-    try:
-        import matplotlib  # type: ignore[import-not-found,unused-ignore]
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return "no plot: matplotlib is not installed"
-    figure, axis = plt.subplots(figsize=(7, 4.5))
-    points = [run["points"] for run in result["scales"]]
-    for label in dict.fromkeys(row["mode"] for run in result["scales"] for row in run["modes"]):
-        for p, style in (("p50", "-o"), ("p95", "--o")):
-            values = [_http(run, label, p) for run in result["scales"]]
-            axis.plot(points, values, style, label=f"{label} {p}")
-    axis.set(xscale="log", xlabel="chunks in the KB", ylabel="HTTP latency, ms", title="POST /v1/search, 1 client")
-    axis.legend(fontsize="small")
-    path = RESULTS / "query-latency.png"
-    figure.savefig(path, dpi=120, bbox_inches="tight")
-    return f"plot {path}"
-
-
-def _http(run: dict[str, Any], label: str, p: str) -> float | None:
-    row = next((row for row in run["modes"] if row["mode"] == label), None)
-    return row["single"]["http_ms"][p] if row else None
-
-
 @contextmanager
 def stack_for(args: argparse.Namespace) -> Iterator[Stack]:
     if not args.url:
@@ -304,6 +279,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scales", type=int, nargs="+", default=[10_000, 100_000])
     parser.add_argument("--large", action="store_true", help=f"allow scales over {LARGEST_DEFAULT_SCALE:,} (1M)")
+    parser.add_argument("--label", default="", help="results as query-latency-LABEL (keeps the default run's file)")
     parser.add_argument("--base", type=int, default=2000, help="real passages the corpus is scaled up from")
     parser.add_argument("--queries", type=int, default=300, help="measured requests per mode, after the warm-up")
     parser.add_argument("--concurrency", type=int, default=8)
@@ -325,8 +301,7 @@ def main() -> None:
     with stack_for(args) as stack:
         scales = [measure_scale(stack, points, base, args) for points in sorted(args.scales)]
     result = {"corpus": corpus, "queries_per_mode": args.queries, "top_k": args.top_k, "scales": scales}
-    save_result("query-latency", result, markdown(result))
-    print(plot(result))
+    save_result(f"query-latency-{args.label}" if args.label else "query-latency", result, markdown(result))
 
 
 if __name__ == "__main__":

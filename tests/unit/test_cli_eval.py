@@ -10,9 +10,12 @@ import httpx
 import pytest
 
 from ragkb_cli.__main__ import main
+from ragkb_cli.api import ApiClient
+from ragkb_cli.evaluate import batched, metric_lines, upload_corpus
 
 KEY = "test-key"
 KB = {"id": "kb1", "name": "scifact", "document_counts": {}}
+REFUSED = {"status": 413, "title": "Payload too large", "detail": "the document is larger than 2097152 bytes"}
 RESULT = {
     "mode": "hybrid",
     "settings": {"rerank": False},
@@ -32,7 +35,8 @@ RESULT = {
 
 
 class FakeApi:
-    def __init__(self) -> None:
+    def __init__(self, refuse: frozenset[str] = frozenset()) -> None:
+        self.refuse = refuse  # source ids whose batch item the server refuses
         self.documents: list[dict[str, Any]] = []
         self.question_sets: list[dict[str, Any]] = []
         self.evaluations: list[dict[str, Any]] = []
@@ -41,9 +45,15 @@ class FakeApi:
         path = request.url.path
         if path == "/v1/knowledge-bases":
             return httpx.Response(200, json=[KB])
-        if path == "/v1/knowledge-bases/kb1/documents":
-            self.documents.append(json.loads(request.content))
-            return httpx.Response(202, json={"id": "d"})
+        if path == "/v1/knowledge-bases/kb1/documents/batch":
+            items = json.loads(request.content)["documents"]
+            self.documents += items
+            results = [
+                {"index": i, "source_id": item["source_id"], "document": None, "error": None}
+                | ({"error": REFUSED} if item["source_id"] in self.refuse else {"document": {"id": f"doc{i}"}})
+                for i, item in enumerate(items)
+            ]
+            return httpx.Response(200, json={"results": results})
         if path == "/v1/knowledge-bases/kb1/question-sets" and request.method == "POST":
             body = request.read()
             self.question_sets.append({"body": body})
@@ -78,6 +88,26 @@ def test_eval_import_uploads_the_corpus_and_the_splits_qrels(beir_folder: Path, 
     assert "2 queries, 3 judgements" in capsys.readouterr().out
 
 
+def test_eval_import_reports_each_refused_document_and_exits_1(beir_folder: Path, capsys: Any) -> None:
+    fake = FakeApi(refuse=frozenset({"d2"}))
+    argv = ["--key", KEY, "eval", "import", str(beir_folder), "--kb", "scifact", "--split", "train", "--with-corpus"]
+    assert main(argv, transport=httpx.MockTransport(fake.handle)) == 1
+    captured = capsys.readouterr()
+    assert "corpus: uploaded 1, failed 1" in captured.out
+    assert "failed d2: Payload too large: the document is larger than 2097152 bytes" in captured.err
+
+
+def test_upload_corpus_sends_batches_in_order(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"_id": f"d{i}", "title": "", "text": f"t{i}"}) + "\n" for i in range(120)))
+    fake = FakeApi()
+    with ApiClient("http://ragkb.test", KEY, transport=httpx.MockTransport(fake.handle)) as api:
+        report = upload_corpus(api, "kb1", corpus, concurrency=1)
+    assert report.uploaded == 120 and not report.failures
+    assert [d["source_id"] for d in fake.documents] == [f"d{i}" for i in range(120)]
+    assert list(batched(range(5), 2)) == [[0, 1], [2, 3], [4]]
+
+
 def test_eval_import_refuses_a_folder_without_that_split(beir_folder: Path, capsys: Any) -> None:
     argv = ["--key", KEY, "eval", "import", str(beir_folder), "--kb", "scifact", "--split", "dev"]
     assert main(argv, transport=httpx.MockTransport(FakeApi().handle)) == 2
@@ -102,5 +132,14 @@ def test_eval_run_sends_both_runs_and_prints_the_comparison(capsys: Any) -> None
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split() == ["RUN", "ndcg@10", "recall@100", "mrr@10"]
     assert lines[1].split() == ["hybrid", "(rerank", "false)", "0.7000", "0.9000", "0.6500"]
+    assert lines[2].split() == ["keyword", "0.6000", "0.8000", "0.6000"]  # a None setting is not an override
     assert lines[3].split() == ["delta", "-0.1000", "-0.1000", "-0.1000"]
     assert lines[4].split() == ["wins/losses/ties", "0/2/0", "0/2/0", "0/2/0"]
+
+
+def test_run_labels_show_every_overridden_setting() -> None:
+    rrf = {"mode": "hybrid", "settings": {"rerank": False, "fusion": "rrf"}}
+    result = RESULT | {"compare": RESULT["compare"] | rrf}
+    lines = metric_lines(result)
+    assert lines[1].startswith("hybrid (rerank false) ")
+    assert lines[2].startswith("hybrid (rerank false, fusion rrf) ")

@@ -147,6 +147,11 @@ class ApiClient:
         body = {"source_id": source_id, "title": title, "text": text}
         return self._json(lambda: self._http.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body))
 
+    def upload_texts(self, kb_id: str, documents: list[Json]) -> Json:
+        """Upload text documents in one batch request; the answer has a result (document or error) per item."""
+        body = {"documents": documents}
+        return self._json(lambda: self._http.post(f"/v1/knowledge-bases/{kb_id}/documents/batch", json=body))
+
     def create_question_set(self, kb_id: str, name: str, queries_jsonl: bytes, qrels_tsv: bytes) -> Json:
         """Upload a BEIR folder's queries.jsonl and qrels tsv as a question set of the KB."""
         files = {"queries": ("queries.jsonl", queries_jsonl), "qrels": ("qrels.tsv", qrels_tsv)}

@@ -4,13 +4,17 @@ and run an evaluation and print its metrics."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from ragkb_cli.api import ApiClient, ApiError, Json
+
+# Corpus documents per upload request (the server takes up to its max_batch_documents, 100 by default).
+CORPUS_BATCH = 50
+Item = TypeVar("Item")
 
 
 @dataclass(frozen=True)
@@ -58,26 +62,46 @@ def corpus_documents(path: Path) -> Iterator[tuple[str, str, str]]:
 def upload_corpus(
     api: ApiClient, kb_id: str, path: Path, concurrency: int, on_done: Callable[[], None] = lambda: None
 ) -> CorpusReport:
-    """Upload every corpus document as a text document, `concurrency` at a time (like sync's uploads)."""
+    """Upload every corpus document as a text document, CORPUS_BATCH a request (the batch endpoint: one request
+    per document would wait on the per-key rate limit), `concurrency` requests at a time."""
 
-    def upload(document: tuple[str, str, str]) -> tuple[str, str | None]:
-        source_id, title, text = document
+    def upload(batch: list[tuple[str, str, str]]) -> list[tuple[str, str | None]]:
+        items = [{"source_id": sid, "title": title, "text": text or title} for sid, title, text in batch]
         try:
-            api.upload_text(kb_id, source_id, title, text or title)
-            return source_id, None
+            results = api.upload_texts(kb_id, items)["results"]
+            outcomes = [(sid, _item_error(result)) for (sid, _, _), result in zip(batch, results, strict=True)]
         except ApiError as exc:
-            return source_id, f"{exc.title}: {exc.detail}"
-        finally:
+            outcomes = [(sid, f"{exc.title}: {exc.detail}") for sid, _, _ in batch]
+        for _ in batch:
             on_done()
+        return outcomes
 
     report = CorpusReport()
     with ThreadPoolExecutor(concurrency) as pool:
-        for source_id, error in pool.map(upload, corpus_documents(path)):
-            if error is None:
-                report.uploaded += 1
-            else:
-                report.failures[source_id] = error
+        for outcomes in pool.map(upload, batched(corpus_documents(path), CORPUS_BATCH)):
+            for source_id, error in outcomes:
+                if error is None:
+                    report.uploaded += 1
+                else:
+                    report.failures[source_id] = error
     return report
+
+
+def batched(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    """Lists of `size` items in order, the last one shorter (itertools.batched is Python 3.12+)."""
+    batch: list[Item] = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _item_error(result: Json) -> str | None:
+    error = result.get("error")
+    return None if not error else f"{error['title']}: {error['detail']}"
 
 
 def evaluation_body(
@@ -118,9 +142,16 @@ def metric_lines(result: Json) -> list[str]:
 
 
 def _run_label(run: Json) -> str:
-    settings = run.get("settings") or {}
-    rerank = settings.get("rerank")
-    return f"{run.get('mode')}" + ("" if rerank is None else f" (rerank {str(rerank).lower()})")
+    """The mode and every setting the run overrode: two runs that differ in any setting read differently."""
+    settings = {key: value for key, value in (run.get("settings") or {}).items() if value is not None}
+    shown = ", ".join(f"{key} {_setting_text(value)}" for key, value in settings.items())
+    return f"{run.get('mode')}" + (f" ({shown})" if shown else "")
+
+
+def _setting_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def _values(run: Json, names: list[str]) -> list[str]:
