@@ -145,14 +145,17 @@ def draw_quality(results: list[Result]) -> Figure:
 def draw_latency(results: list[Result]) -> Figure:
     cells: dict[tuple[str, str], dict[str, Any]] = {}
     clients: set[int] = set()
+    sizes: dict[str, int] = {}
     for stem, result in results:
         label = label_of(stem, "query") if len(results) > 1 else ""
         for run in result["scales"]:
             group = f"{run['points']:,} chunks" + (f"\n[{label}]" if label else "")
+            sizes[group] = run["points"]
             for row in run["modes"]:
                 cells[(group, row["mode"])] = row
                 clients.add(row["concurrent"]["clients"])
-    groups = in_order([group for group, _ in cells])
+    # Smallest index first, whichever file a scale came from (a --large run is a file of its own).
+    groups = sorted(in_order([group for group, _ in cells]), key=lambda group: sizes[group])
     modes = in_order([mode for _, mode in cells])
     figure, axes = new_figure(2, 1, len(groups), len(modes))
 
