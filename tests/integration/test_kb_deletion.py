@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import random
 import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -44,6 +43,7 @@ from ragkb_retriever.indexing import IndexService
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.kb_deletion import KbDeleter
 from tests.support.in_process import in_process_retriever, migrated_sessions
+from tests.support.redis_db import private_redis_db
 
 pytestmark = [
     pytest.mark.integration,
@@ -106,19 +106,13 @@ def no_retriever() -> Iterator[RetrieverClient]:
 
 @pytest.fixture
 def broker() -> Iterator[redis.Redis]:
-    """A Redis database other than the default one (where a running ragkb may listen); the messages the test
-    leaves in its queue are removed afterwards."""
-    db = random.randint(1, 15)
-    connection = redis.Redis(host="127.0.0.1", port=6379, db=db)
+    """A Redis database of this test's own: no running stack's worker takes the tasks it inspects."""
     try:
-        connection.ping()
+        redis.Redis(host="127.0.0.1", port=6379).ping()
     except redis.ConnectionError as exc:
         pytest.skip(f"Redis is not reachable at 127.0.0.1:6379: {exc}")
-    before = set(connection.lrange(INGEST_QUEUE, 0, -1))
-    yield connection
-    for message in set(connection.lrange(INGEST_QUEUE, 0, -1)) - before:
-        connection.lrem(INGEST_QUEUE, 0, message)
-    connection.close()
+    with private_redis_db() as connection:
+        yield connection
 
 
 def queued(broker: redis.Redis, job_ids: set[str]) -> list[tuple[str, list[Any]]]:
