@@ -143,10 +143,6 @@ class ApiClient:
 
     # -- evaluation ----------------------------------------------------------------------------------
 
-    def upload_text(self, kb_id: str, source_id: str, title: str, text: str) -> Json:
-        body = {"source_id": source_id, "title": title, "text": text}
-        return self._json(lambda: self._http.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body))
-
     def upload_texts(self, kb_id: str, documents: list[Json]) -> Json:
         """Upload text documents in one batch request; the answer has a result (document or error) per item."""
         body = {"documents": documents}

@@ -185,16 +185,14 @@ class DocumentService:
         return BatchAccepted(accepted=len(results) - failed, failed=failed, results=results)
 
     def _accept_item(self, kb_id: str, index: int, item: PreparedUpload | RagkbError) -> BatchItemResult:
+        if isinstance(item, RagkbError):  # refused already when it was read
+            return _refused(index, None, item)
+        fields, upload = item
         try:
-            if isinstance(item, RagkbError):
-                raise item
-            fields, upload = item
-            return BatchItemResult(index=index, source_id=fields.source_id, document=self.accept(kb_id, fields, upload))
+            document = self.accept(kb_id, fields, upload)
         except RagkbError as exc:
-            source_id = None if isinstance(item, RagkbError) else item[0].source_id
-            errors = exc.extra.get("errors")
-            error = BatchItemError(status=exc.status, title=exc.title, detail=exc.detail, errors=errors)
-            return BatchItemResult(index=index, source_id=source_id, error=error)
+            return _refused(index, fields.source_id, exc)
+        return BatchItemResult(index=index, source_id=fields.source_id, document=document)
 
     def list(self, kb_id: str, status: str | None) -> list[DocumentOut]:
         with self._sessions() as session:
@@ -615,6 +613,11 @@ def _status_counts(session: Session, kb_ids: Sequence[str]) -> dict[str, dict[st
 
 def _text_blobs(session: Session, where: Any) -> set[str]:
     return {sha for sha in session.scalars(select(Document.text_sha256).where(where)) if sha}
+
+
+def _refused(index: int, source_id: str | None, exc: RagkbError) -> BatchItemResult:
+    error = BatchItemError(status=exc.status, title=exc.title, detail=exc.detail, errors=exc.extra.get("errors"))
+    return BatchItemResult(index=index, source_id=source_id, error=error)
 
 
 def _delete_unreferenced_blobs(sessions: sessionmaker[Session], blobs: BlobStore, shas: set[str]) -> None:
