@@ -22,7 +22,8 @@ def private_redis_db() -> Iterator[redis.Redis]:
     """A connection to a database (1-15) that nobody else holds, emptied; released (emptied) afterwards.
 
     The claim is a key set only where it does not exist (SET NX), so two holders can never take the same
-    database, whichever process or test run they are in. Skips the test when Redis is not reachable."""
+    database, whichever process or test run they are in. Redis must answer: a caller that can do without it
+    checks first (tests/integration/test_kb_deletion.py skips)."""
     owner = f"pid {os.getpid()}"
     for db in random.sample(list(TEST_DATABASES), len(TEST_DATABASES)):
         connection = redis.Redis(host=HOST, port=PORT, db=db)
