@@ -73,7 +73,7 @@ def _ensure_secrets(env: dict[str, str]) -> str:
 
 
 def _prepare(env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "-m", "ragkb_core.db"], env=env, check=True)
+    subprocess.run([sys.executable, "-m", "ragkb_store.db"], env=env, check=True)
     subprocess.run([sys.executable, "-m", "ragkb_models.prepare"], env=env, check=True)
 
 

@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from ragkb_core.blobs import BlobStore
-from ragkb_core.queue import DELETE_KB, INGEST_QUEUE, make_celery
 from ragkb_core.settings import RedisSettings
+from ragkb_store.blobs import BlobStore
+from ragkb_store.queue import DELETE_KB, INGEST_QUEUE, make_celery
 from tests.e2e.conftest import RunningRagkb
 from tests.e2e.test_sync import read_events
 

@@ -22,14 +22,9 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.jobs import job_item, running_job
 from ragkb_api.kb_deletion import KbDeletionService
-from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict, NotFound
 from ragkb_core.ids import new_id
-from ragkb_core.jobs import UPLOAD
-from ragkb_core.queue import DELETE_KB, INGEST_QUEUE, make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import (
     EmbeddingSettings,
@@ -40,6 +35,11 @@ from ragkb_core.settings import (
 from ragkb_models import EmbedderPool
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.indexing import IndexService
+from ragkb_store.blobs import BlobStore
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
+from ragkb_store.jobs import UPLOAD
+from ragkb_store.queue import DELETE_KB, INGEST_QUEUE, make_celery
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.kb_deletion import KbDeleter
 from tests.support.in_process import in_process_retriever, migrated_sessions

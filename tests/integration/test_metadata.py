@@ -10,12 +10,12 @@ from sqlalchemy import inspect, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.db.engine import build_engine, migrate_to, migrate_to_head, transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.ids import new_id
-from ragkb_core.jobs import refresh_job
 from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.settings import DatabaseSettings
+from ragkb_store.db.engine import build_engine, migrate_to, migrate_to_head, transaction
+from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobStatus, KnowledgeBase, utcnow
+from ragkb_store.jobs import refresh_job
 from ragkb_worker.documents import DocumentLedger
 from tests.support.in_process import migrated_sessions
 

@@ -21,10 +21,10 @@ from ragkb_api.question_sets import QuestionSetService
 from ragkb_api.schemas import SearchRequest, SearchResponse
 from ragkb_api.settings import ApiSettings
 from ragkb_core.contracts import SearchHit
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
-from ragkb_core.db.models import KnowledgeBase
 from ragkb_core.errors import NotFound
 from ragkb_core.settings import AuthSettings, BlobSettings, DatabaseSettings, LimitSettings
+from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
+from ragkb_store.db.models import KnowledgeBase
 
 pytestmark = [
     pytest.mark.integration,

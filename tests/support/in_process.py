@@ -13,13 +13,13 @@ from pydantic import SecretStr
 from sqlalchemy import delete
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
-from ragkb_core.db.models import Document, Job, JobItem, KnowledgeBase
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import DatabaseSettings, RetrieverClientSettings
 from ragkb_http import PROBLEM_HANDLERS, service_token_guard
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.routes import IndexController
+from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
+from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase
 
 
 @contextmanager

@@ -24,11 +24,11 @@ from ragkb_api.access import (
 from ragkb_api.schemas import ApiKeyCreate, ApiKeyPatch, KeySearchFilter, SearchFilters
 from ragkb_api.services import ApiKeyService
 from ragkb_core.contracts import ScopeFilter
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
-from ragkb_core.db.models import ApiKey, KnowledgeBase
 from ragkb_core.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from ragkb_core.settings import AuthSettings, DatabaseSettings
 from ragkb_retriever.index.filters import FieldMatch, scope_filter, scope_is_empty
+from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head
+from ragkb_store.db.models import ApiKey, KnowledgeBase
 
 READER = Caller(key_id="k1", role="client", grants={"kb-a": "read", "kb-w": "write"})
 ADMIN = Caller(key_id="k0", role="admin")

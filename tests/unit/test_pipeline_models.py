@@ -14,10 +14,10 @@ import pytest
 from numpy.typing import NDArray
 
 from ragkb_analyzer import bm25_encoder_for
-from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import DocumentPoints
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_core.settings import AnalyzerSettings, LimitSettings
+from ragkb_store.blobs import BlobStore
 from ragkb_worker.documents import Claim
 from ragkb_worker.pipeline import EmbeddingModelChanged, IngestPipeline
 

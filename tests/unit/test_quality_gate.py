@@ -10,11 +10,12 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.contracts import KbGenerations, SearchHit, SearchQuery, SearchResult
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
-from ragkb_core.db.models import Judgement, KnowledgeBase, Question, QuestionSet
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_core.metrics import Question as JudgedQuestion
-from ragkb_core.quality_gate import (
+from ragkb_core.settings import DatabaseSettings
+from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head
+from ragkb_store.db.models import Judgement, KnowledgeBase, Question, QuestionSet
+from ragkb_store.quality_gate import (
     NDCG_TOLERANCE,
     SKIPPED_BY_REQUEST,
     SKIPPED_FIRST_INDEX,
@@ -24,8 +25,7 @@ from ragkb_core.quality_gate import (
     ndcg_at_10,
     passes,
 )
-from ragkb_core.reindexing import BuildSettings, ReindexTarget
-from ragkb_core.settings import DatabaseSettings
+from ragkb_store.reindexing import BuildSettings, ReindexTarget
 from ragkb_worker.quality_gate import QualityGate
 
 KB = "kb-gate"

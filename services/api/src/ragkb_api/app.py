@@ -35,11 +35,11 @@ from ragkb_api.searching import SearchService
 from ragkb_api.services import ApiKeyService, DocumentService, KnowledgeBaseService
 from ragkb_api.settings import ApiSettings
 from ragkb_api.tools import ToolService
-from ragkb_core.blobs import BlobStore
-from ragkb_core.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
-from ragkb_core.queue import make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, health_router
+from ragkb_store.blobs import BlobStore
+from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
+from ragkb_store.queue import make_celery
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024

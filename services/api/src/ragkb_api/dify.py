@@ -18,8 +18,8 @@ from ragkb_api.schemas import MAX_ID_CHARS, SearchRequest
 from ragkb_api.searching import SearchService
 from ragkb_api.services import ApiKeyService
 from ragkb_core.contracts import SearchHit
-from ragkb_core.db.models import Document
 from ragkb_core.errors import Conflict, NotFound, Unauthorized
+from ragkb_store.db.models import Document
 
 INVALID_HEADER, AUTH_FAILED, NO_SUCH_KNOWLEDGE = 1001, 1002, 2001
 # With a metadata condition, this many times top_k candidates are searched before filtering (at most 100).

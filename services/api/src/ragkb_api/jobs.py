@@ -4,7 +4,7 @@ snapshots their event stream is made of.
 
 A sync deletes its orphans synchronously, within the call (each one a `deleted` item of the job, done or
 failed by the time the plan is answered); its uploads are items the job waits for until their documents
-are indexed or failed (ragkb_core.jobs)."""
+are indexed or failed (ragkb_store.jobs)."""
 
 from __future__ import annotations
 
@@ -31,15 +31,15 @@ from ragkb_api.schemas import (
 )
 from ragkb_api.services import DocumentService, load_kb, load_writable_kb
 from ragkb_api.sync import ManifestEntry, StoredDocument, SyncPlan, SyncRules, plan_sync
-from ragkb_core import jobs as progress
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, utcnow
 from ragkb_core.errors import Conflict, Forbidden, NotFound, RagkbError
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbSync
-from ragkb_core.quality_gate import QualityCheck
-from ragkb_core.queue import enqueue_ingest
 from ragkb_core.settings import JobSettings
+from ragkb_store import jobs as progress
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, utcnow
+from ragkb_store.quality_gate import QualityCheck
+from ragkb_store.queue import enqueue_ingest
 
 _log = logging.getLogger("ragkb.api.jobs")
 RECENT_JOBS = 50

@@ -16,13 +16,13 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.jobs import job_item, running_job
 from ragkb_api.services import load_kb
-from ragkb_core import jobs as progress
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, Job, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict
 from ragkb_core.ids import new_id
-from ragkb_core.queue import enqueue_delete_kb
-from ragkb_core.reindexing import ACTIVE_JOB_STATUSES, active_reindex
+from ragkb_store import jobs as progress
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, Job, JobStatus, KnowledgeBase, utcnow
+from ragkb_store.queue import enqueue_delete_kb
+from ragkb_store.reindexing import ACTIVE_JOB_STATUSES, active_reindex
 
 _log = logging.getLogger("ragkb.api")
 

@@ -14,8 +14,8 @@ from pydantic import ValidationError
 from ragkb_api.schemas import ApiKeyCreate
 from ragkb_api.services import ApiKeyService
 from ragkb_api.settings import ApiSettings
-from ragkb_core.db.engine import build_engine, build_session_factory, migrate_to_head
 from ragkb_core.errors import RagkbError
+from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head
 
 
 def main(argv: list[str] | None = None) -> int:

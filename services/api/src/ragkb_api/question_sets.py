@@ -16,12 +16,12 @@ from ragkb_api.evaluation_schemas import (
     QuestionSetOut,
     QuestionSetPatch,
 )
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Judgement, KnowledgeBase, QuestionSet
-from ragkb_core.db.models import Question as QuestionRow
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.ids import new_id
 from ragkb_core.settings import LimitSettings
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Judgement, KnowledgeBase, QuestionSet
+from ragkb_store.db.models import Question as QuestionRow
 
 # Rows per INSERT statement: well under SQLite's and PostgreSQL's bound-parameter limits.
 INSERT_BATCH = 2000

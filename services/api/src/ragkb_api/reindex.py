@@ -1,4 +1,4 @@
-"""Re-index and rollback (ragkb_core.reindexing): start a job that builds a new index generation from the
+"""Re-index and rollback (ragkb_store.reindexing): start a job that builds a new index generation from the
 stored originals while the old one serves (with new chunking, analyzer or embedding model settings), and
 switch back to the previous generation, and its settings, while it is kept."""
 
@@ -13,16 +13,16 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_api.jobs import job_item, running_job
 from ragkb_api.schemas import ReindexRequest
 from ragkb_api.services import load_writable_kb
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict
 from ragkb_core.ids import new_id
-from ragkb_core.jobs import REINDEX
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
-from ragkb_core.queue import enqueue_finish_reindex, enqueue_reindex_document
-from ragkb_core.reindexing import BuildSettings, IndexState, ReindexTarget, active_reindex, settings_of, take_settings
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import EmbeddingSettings
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, KnowledgeBase, utcnow
+from ragkb_store.jobs import REINDEX
+from ragkb_store.queue import enqueue_finish_reindex, enqueue_reindex_document
+from ragkb_store.reindexing import BuildSettings, IndexState, ReindexTarget, active_reindex, settings_of, take_settings
 
 _log = logging.getLogger("ragkb.api")
 

@@ -11,7 +11,7 @@ from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
 from ragkb_core.contracts import DocType, MetadataValue, SearchHit, SearchMode, SearchResult
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync, RetrievalOverrides
-from ragkb_core.quality_gate import QualityCheck
+from ragkb_store.quality_gate import QualityCheck
 
 MAX_LABELS = 50
 MAX_LABEL_CHARS = 100

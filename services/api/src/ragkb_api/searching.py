@@ -28,11 +28,11 @@ from ragkb_core.contracts import (
     SearchQuery,
     SearchResult,
 )
-from ragkb_core.db.models import KnowledgeBase
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
+from ragkb_store.db.models import KnowledgeBase
 
 SearchTestName = Literal["semantic", "keyword", "hybrid", "hybrid+rerank"]
 # The runs of a search-test: (name, mode, rerank override).

@@ -42,16 +42,16 @@ from ragkb_api.schemas import (
     RetrievalPatch,
 )
 from ragkb_api.sync import compile_exclude
-from ragkb_core.blobs import BlobStore
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import ApiKey, Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, PayloadTooLarge, RagkbError, Unauthorized
 from ragkb_core.formats import PLAIN_TEXT, detect_media_type
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
-from ragkb_core.queue import enqueue_ingest
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
+from ragkb_store.blobs import BlobStore
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import ApiKey, Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
+from ragkb_store.queue import enqueue_ingest
 
 _log = logging.getLogger("ragkb.api")
 BOOTSTRAP_KEY_ID = "bootstrap"

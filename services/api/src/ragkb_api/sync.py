@@ -17,9 +17,9 @@ from typing import Literal
 
 import regex
 
-from ragkb_core.db.models import DocumentStatus
 from ragkb_core.errors import InvalidInput
 from ragkb_core.kb_settings import KbSync
+from ragkb_store.db.models import DocumentStatus
 
 # The most time one exclude pattern may take on one path, and all of them on a whole manifest.
 MATCH_TIMEOUT_S = 0.05

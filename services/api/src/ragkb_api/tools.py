@@ -36,11 +36,11 @@ from ragkb_api.schemas import (
 )
 from ragkb_api.searching import SearchService
 from ragkb_api.services import document_out
-from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import ContextQuery
-from ragkb_core.db.models import Document, KnowledgeBase
 from ragkb_core.errors import Conflict, NotFound
 from ragkb_core.retriever_client import RetrieverClient
+from ragkb_store.blobs import BlobStore
+from ragkb_store.db.models import Document, KnowledgeBase
 
 MAX_FILES = 1000
 # Matching time for one grep request, all documents together: a slow pattern ends with a partial answer.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from ragkb_core.queue import INGEST_QUEUE
+from ragkb_store.queue import INGEST_QUEUE
 from ragkb_worker.app import build_sweeper, create_worker_app, start_health
 from ragkb_worker.settings import WorkerSettings
 

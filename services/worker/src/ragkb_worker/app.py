@@ -8,11 +8,11 @@ from celery import Celery
 from redis import Redis
 
 from ragkb_analyzer import bm25_encoder_for
-from ragkb_core.blobs import BlobStore
-from ragkb_core.db.engine import build_engine, build_session_factory, database_answers
-from ragkb_core.queue import enqueue_finish_reindex, make_celery
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_models import EmbedderPool
+from ragkb_store.blobs import BlobStore
+from ragkb_store.db.engine import build_engine, build_session_factory, database_answers
+from ragkb_store.queue import enqueue_finish_reindex, make_celery
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.health import start_health_server
 from ragkb_worker.kb_deletion import KbDeleter

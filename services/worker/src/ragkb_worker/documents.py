@@ -10,10 +10,10 @@ from typing import Any
 from sqlalchemy import ColumnElement, or_, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
-from ragkb_core.jobs import refresh_overdue_jobs, settle_items_of_document
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, DocumentStatus, Job, JobStatus, KnowledgeBase, utcnow
+from ragkb_store.jobs import refresh_overdue_jobs, settle_items_of_document
 
 
 @dataclass(frozen=True)

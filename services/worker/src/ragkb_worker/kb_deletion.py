@@ -16,12 +16,12 @@ from typing import Protocol
 from sqlalchemy import delete, select, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.blobs import BlobStore
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
 from ragkb_core.errors import RagkbError
-from ragkb_core.jobs import DELETE, KB_DELETE, fail_job, finish_if_settled
-from ragkb_core.reindexing import ACTIVE_JOB_STATUSES
+from ragkb_store.blobs import BlobStore
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
+from ragkb_store.jobs import DELETE, KB_DELETE, fail_job, finish_if_settled
+from ragkb_store.reindexing import ACTIVE_JOB_STATUSES
 
 _log = logging.getLogger("ragkb.worker")
 # Documents deleted per transaction: each batch is one progress step, and short enough that uploads and

@@ -13,12 +13,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragkb_analyzer import Bm25Encoder
-from ragkb_core.blobs import BlobStore
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
 from ragkb_core.errors import ParseFailed, PayloadTooLarge, RagkbError
 from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
+from ragkb_store.blobs import BlobStore
 from ragkb_worker.chunking import Chunk, Chunker, Tokenizer
 from ragkb_worker.documents import Claim, DocumentLedger
 from ragkb_worker.parsing import parse

@@ -1,4 +1,4 @@
-"""The re-index quality gate (ragkb_core.quality_gate): score the serving generation and the new one on the
+"""The re-index quality gate (ragkb_store.quality_gate): score the serving generation and the new one on the
 KB's quality-gate question set, through the retriever's internal search, before the switch."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from typing import Protocol
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.contracts import KbGenerations, KbSearch, SearchQuery, SearchResult
-from ragkb_core.db.models import KnowledgeBase
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 from ragkb_core.metrics import documents_in_rank_order
-from ragkb_core.quality_gate import (
+from ragkb_store.db.models import KnowledgeBase
+from ragkb_store.quality_gate import (
     GATE_DEPTH,
     SKIPPED_BY_REQUEST,
     SKIPPED_FIRST_INDEX,
@@ -23,7 +23,7 @@ from ragkb_core.quality_gate import (
     ndcg_at_10,
     passes,
 )
-from ragkb_core.reindexing import ReindexTarget
+from ragkb_store.reindexing import ReindexTarget
 
 # Gate searches in flight at once: as an evaluation does, faster than one by one without crowding out searches.
 SEARCH_CONCURRENCY = 4

@@ -1,4 +1,4 @@
-"""Re-index a KB into a new index generation, check it, switch to it (ragkb_core.reindexing).
+"""Re-index a KB into a new index generation, check it, switch to it (ragkb_store.reindexing).
 
 The check is twofold: every indexed document present at its live version, then the quality gate
 (ragkb_worker.quality_gate) when the KB has a quality-gate question set; a refused switch fails the job
@@ -20,12 +20,13 @@ from dataclasses import dataclass
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.db.engine import transaction
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase
 from ragkb_core.errors import RagkbError
-from ragkb_core.jobs import REINDEX, fail_job, finish_if_settled
-from ragkb_core.quality_gate import QualityCheck
-from ragkb_core.reindexing import (
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase
+from ragkb_store.jobs import REINDEX, fail_job, finish_if_settled
+from ragkb_store.quality_gate import QualityCheck
+from ragkb_store.reindexing import (
     BuildSettings,
     IndexState,
     ReindexTarget,
@@ -33,7 +34,6 @@ from ragkb_core.reindexing import (
     settle_reindex_item,
     take_settings,
 )
-from ragkb_core.retriever_client import RetrieverClient
 from ragkb_worker.documents import Claim, claim_of
 from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.quality_gate import QualityGate

@@ -9,7 +9,7 @@ from datetime import timedelta
 from celery import Celery
 from redis import Redis
 
-from ragkb_core.queue import INGEST_QUEUE, enqueue_ingest
+from ragkb_store.queue import INGEST_QUEUE, enqueue_ingest
 from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.settings import TaskSettings
 

@@ -10,7 +10,7 @@ from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from ragkb_core.errors import RagkbError
-from ragkb_core.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT
+from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT
 from ragkb_worker.documents import Claim, DocumentLedger
 from ragkb_worker.kb_deletion import KbDeleter
 from ragkb_worker.pipeline import IngestPipeline

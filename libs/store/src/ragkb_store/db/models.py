@@ -55,9 +55,9 @@ class KnowledgeBase(Base):
     analyzer: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # ragkb_core.kb_settings.KbSync as JSON ({} means the defaults).
     sync: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    # ragkb_core.reindexing.IndexState as JSON: the live and previous generation and what they were built with.
+    # ragkb_store.reindexing.IndexState as JSON: the live and previous generation and what they were built with.
     index_state: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    # The `kb_delete` job that removes this KB (ragkb_core.jobs.KB_DELETE): set when the deletion is accepted,
+    # The `kb_delete` job that removes this KB (ragkb_store.jobs.KB_DELETE): set when the deletion is accepted,
     # and from then on the KB is `deleting` (no uploads, syncs, re-indexes or searches) until the job deletes
     # the row. It stays set if that job fails: a KB whose index may be gone must not take writes again.
     deletion_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
@@ -125,7 +125,7 @@ class Job(Base):
     progress_total: Mapped[int] = mapped_column(Integer, default=0)
     counts: Mapped[dict[str, Any]] = mapped_column(default=dict)
     errors: Mapped[list[str]] = mapped_column(default=list)
-    # What the job was asked to do (a re-index: ragkb_core.reindexing.ReindexTarget as JSON).
+    # What the job was asked to do (a re-index: ragkb_store.reindexing.ReindexTarget as JSON).
     params: Mapped[dict[str, Any]] = mapped_column(default=dict)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -15,14 +15,14 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from ragkb_core.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, utcnow
+from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, utcnow
 
 UPLOAD = "upload"
 DELETE = "delete"
 RETRY = "retry"
 # A manifest entry the server could not judge (an exclude pattern that ran out of time on it).
 CHECK = "check"
-# A document rebuilt into a new index generation (ragkb_core.reindexing); also the kind of that job.
+# A document rebuilt into a new index generation (ragkb_store.reindexing); also the kind of that job.
 REINDEX = "reindex"
 # The kind of the job that deletes a whole KB (index, documents, blobs only it used, then the row); its
 # items are `delete` items, one per document, settled by the worker as it deletes them.

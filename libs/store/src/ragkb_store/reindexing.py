@@ -3,7 +3,7 @@
 A re-index builds a new index generation from the stored originals while the live one serves; the worker
 writes every document into it, then checks it (every indexed document present at its live version, and,
 when the KB has a quality-gate question set, retrieval not worse than the serving generation's: see
-ragkb_core.quality_gate) and switches the KB's alias to it in one step. The previous generation is kept for
+ragkb_store.quality_gate) and switches the KB's alias to it in one step. The previous generation is kept for
 a rollback. Shared by the api (which starts jobs and rolls back) and the worker (which builds, checks and
 switches)."""
 
@@ -13,9 +13,9 @@ from pydantic import BaseModel
 from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
-from ragkb_core.db.models import Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
-from ragkb_core.jobs import REINDEX
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+from ragkb_store.db.models import Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
+from ragkb_store.jobs import REINDEX
 
 ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
 
@@ -39,7 +39,7 @@ class ReindexTarget(BaseModel):
     # generation by a build already under way, so the check removes those that no longer exist.
     document_ids: list[str] = []
     # An operator's override: switch even when the new generation scores worse on the KB's quality-gate
-    # question set (ragkb_core.quality_gate).
+    # question set (ragkb_store.quality_gate).
     skip_quality_gate: bool = False
 
 

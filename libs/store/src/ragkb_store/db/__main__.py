@@ -1,12 +1,12 @@
-"""`python -m ragkb_core.db`: migrate the metadata database named by RAGKB_DATABASE__URL to the newest schema."""
+"""`python -m ragkb_store.db`: migrate the metadata database named by RAGKB_DATABASE__URL to the newest schema."""
 
 from __future__ import annotations
 
 from pydantic import Field
 from pydantic_settings import BaseSettings
 
-from ragkb_core.db.engine import build_engine, migrate_to_head
 from ragkb_core.settings import SERVICE_SETTINGS_CONFIG, DatabaseSettings
+from ragkb_store.db.engine import build_engine, migrate_to_head
 
 
 class _MigrateSettings(BaseSettings):

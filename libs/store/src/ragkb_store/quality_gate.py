@@ -17,9 +17,9 @@ from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from ragkb_core.db.models import Judgement, Question, QuestionSet
 from ragkb_core.metrics import NDCG_AT_10, JudgedQuestions, mean_scores, score_queries
 from ragkb_core.metrics import Question as JudgedQuestion
+from ragkb_store.db.models import Judgement, Question, QuestionSet
 
 # How much lower the new generation's nDCG@10 may be and still switch. Not 0: the same index rebuilt can
 # order near-ties differently (HNSW graphs are built afresh, DBSF normalises by the answer's own scores), and
