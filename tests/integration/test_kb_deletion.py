@@ -20,8 +20,8 @@ from pydantic import SecretStr
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_api.jobs import job_item, running_job
-from ragkb_api.kb_deletion import KbDeletionService
+from ragkb_api.jobs.service import job_item, running_job
+from ragkb_api.knowledge_bases.deletion import KbDeletionService
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
 from ragkb_core.errors import Conflict, NotFound
 from ragkb_core.ids import new_id

@@ -13,12 +13,12 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller
 from ragkb_api.app import create_app
-from ragkb_api.beir import Question as BeirQuestion
-from ragkb_api.beir import from_json
-from ragkb_api.evaluation_schemas import EvaluationRequest, RunSpec
-from ragkb_api.evaluations import EvaluationService
-from ragkb_api.question_sets import QuestionSetService
-from ragkb_api.schemas import SearchRequest, SearchResponse
+from ragkb_api.evaluations.beir import Question as BeirQuestion
+from ragkb_api.evaluations.beir import from_json
+from ragkb_api.evaluations.question_sets import QuestionSetService
+from ragkb_api.evaluations.schemas import EvaluationRequest, RunSpec
+from ragkb_api.evaluations.service import EvaluationService
+from ragkb_api.search.schemas import SearchRequest, SearchResponse
 from ragkb_api.settings import ApiSettings
 from ragkb_core.contracts import SearchHit
 from ragkb_core.errors import NotFound

@@ -21,8 +21,9 @@ from ragkb_api.access import (
     key_prefix,
     search_scope,
 )
-from ragkb_api.schemas import ApiKeyCreate, ApiKeyPatch, KeySearchFilter, SearchFilters
-from ragkb_api.services import ApiKeyService
+from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyPatch, KeySearchFilter
+from ragkb_api.keys.service import ApiKeyService
+from ragkb_api.search.schemas import SearchFilters
 from ragkb_core.contracts import ScopeFilter
 from ragkb_core.errors import Forbidden, InvalidInput, NotFound, Unauthorized
 from ragkb_core.settings import AuthSettings, DatabaseSettings

@@ -9,14 +9,7 @@ import random
 
 import pytest
 
-from ragkb_api.beir import (
-    Question,
-    from_beir_files,
-    from_json,
-    parse_qrels,
-    to_qrels_tsv,
-    to_queries_jsonl,
-)
+from ragkb_api.evaluations.beir import Question, from_beir_files, from_json, parse_qrels, to_qrels_tsv, to_queries_jsonl
 from ragkb_core.errors import InvalidInput
 from ragkb_core.metrics import mean_scores, metric_names, score_queries
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragkb_api.context import assemble_context, estimate_tokens
+from ragkb_api.tools.context import assemble_context, estimate_tokens
 from ragkb_core.contracts import SearchHit
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ragkb_api.dify_conditions import condition_holds
+from ragkb_api.dify.conditions import condition_holds
 
 METADATA = {"team": "ops", "year": 2024, "tags": "a,b", "date": "2024-05-01"}
 

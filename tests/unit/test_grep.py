@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from ragkb_api.grep import MAX_LINE_CHARS, MAX_PATTERN_CHARS, compile_pattern, grep_text
+from ragkb_api.tools.grep import MAX_LINE_CHARS, MAX_PATTERN_CHARS, compile_pattern, grep_text
 from ragkb_core.errors import InvalidInput
 
 TEXT = "alpha\nbeta (1)\ngamma\ndelta (2)\nepsilon"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from ragkb_api.searching import merged_quotas
+from ragkb_api.search.service import merged_quotas
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 
 

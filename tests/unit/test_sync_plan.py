@@ -7,7 +7,7 @@ import time
 import pytest
 from pydantic import ValidationError
 
-from ragkb_api.sync import ManifestEntry, StoredDocument, SyncRules, compile_exclude, plan_sync
+from ragkb_api.jobs.sync import ManifestEntry, StoredDocument, SyncRules, compile_exclude, plan_sync
 from ragkb_core.errors import InvalidInput
 from ragkb_core.formats import EXTENSION_MEDIA_TYPES
 from ragkb_core.kb_settings import KbSync

@@ -12,29 +12,30 @@ from litestar.openapi.spec import Components, SecurityScheme
 from redis import Redis
 from sqlalchemy import Engine
 
-from ragkb_api.dify import DifyService
-from ragkb_api.evaluations import EvaluationService
+from ragkb_api.dify.routes import DifyController
+from ragkb_api.dify.service import DifyService
+from ragkb_api.documents.routes import DocumentController
+from ragkb_api.documents.service import DocumentService
+from ragkb_api.evaluations.question_sets import QuestionSetService
+from ragkb_api.evaluations.routes import EvaluationController, QuestionSetController
+from ragkb_api.evaluations.service import EvaluationService
 from ragkb_api.guards import AccessGuard, provide_caller
-from ragkb_api.jobs import JobService
-from ragkb_api.kb_deletion import KbDeletionService
-from ragkb_api.mcp import McpServer
-from ragkb_api.question_sets import QuestionSetService
+from ragkb_api.jobs.reindex import ReindexService
+from ragkb_api.jobs.routes import JobController, KnowledgeBaseJobController
+from ragkb_api.jobs.service import JobService
+from ragkb_api.keys.routes import ApiKeyController
+from ragkb_api.keys.service import ApiKeyService
+from ragkb_api.knowledge_bases.deletion import KbDeletionService
+from ragkb_api.knowledge_bases.routes import KnowledgeBaseController
+from ragkb_api.knowledge_bases.service import KnowledgeBaseService
+from ragkb_api.pages.routes import PageController
 from ragkb_api.rate_limit import TokenBuckets
-from ragkb_api.reindex import ReindexService
-from ragkb_api.routes.api_keys import ApiKeyController
-from ragkb_api.routes.dify import DifyController
-from ragkb_api.routes.documents import DocumentController
-from ragkb_api.routes.evaluations import EvaluationController, QuestionSetController
-from ragkb_api.routes.jobs import JobController, KnowledgeBaseJobController
-from ragkb_api.routes.knowledge_bases import KnowledgeBaseController
-from ragkb_api.routes.mcp import McpController
-from ragkb_api.routes.pages import PageController
-from ragkb_api.routes.search import SearchController
-from ragkb_api.routes.tools import ContextController, ToolController
-from ragkb_api.searching import SearchService
-from ragkb_api.services import ApiKeyService, DocumentService, KnowledgeBaseService
+from ragkb_api.search.routes import SearchController
+from ragkb_api.search.service import SearchService
 from ragkb_api.settings import ApiSettings
-from ragkb_api.tools import ToolService
+from ragkb_api.tools.mcp import McpServer
+from ragkb_api.tools.routes import ContextController, McpController, ToolController
+from ragkb_api.tools.service import ToolService
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, health_router
 from ragkb_store.blobs import BlobStore

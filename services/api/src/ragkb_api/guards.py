@@ -16,8 +16,8 @@ from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
 from ragkb_api.access import DEFAULT_ACCESS, Caller, authorize, bearer_token
+from ragkb_api.keys.service import ApiKeyService
 from ragkb_api.rate_limit import TokenBuckets
-from ragkb_api.services import ApiKeyService
 from ragkb_http import PUBLIC, declared_access
 
 CALLER_STATE = "caller"

@@ -1,0 +1,149 @@
+"""Dify's External Knowledge API (`POST /retrieval`): a Dify workspace uses a ragkb KB as external knowledge.
+
+Dify sends `Authorization: Bearer <key>` (a ragkb API key) and `knowledge_id` (a KB id the key may read), and
+expects `{records: [{content, score, title, metadata}]}`, or `{error_code, error_msg}` with Dify's codes."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_api.access import Caller, bearer_token
+from ragkb_api.dify.conditions import condition_holds
+from ragkb_api.fields import MAX_ID_CHARS
+from ragkb_api.keys.service import ApiKeyService
+from ragkb_api.rate_limit import TokenBuckets
+from ragkb_api.search.schemas import SearchRequest
+from ragkb_api.search.service import SearchService
+from ragkb_core.contracts import SearchHit
+from ragkb_core.errors import Conflict, NotFound, Unauthorized
+from ragkb_store.db.models import Document
+
+INVALID_HEADER, AUTH_FAILED, NO_SUCH_KNOWLEDGE = 1001, 1002, 2001
+# With a metadata condition, this many times top_k candidates are searched before filtering (at most 100).
+CONDITION_OVERFETCH = 4
+
+
+class DifyError(Exception):
+    """One of Dify's documented errors, answered as `{error_code, error_msg}` with its HTTP status."""
+
+    def __init__(self, code: int, message: str, status: int) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+    def body(self) -> dict[str, Any]:
+        return {"error_code": self.code, "error_msg": self.message}
+
+
+class RetrievalSetting(BaseModel):
+    top_k: int = Field(ge=1, le=100)
+    score_threshold: float = Field(default=0.0, ge=0.0, le=1.0)
+
+
+class MetadataCondition(BaseModel):
+    name: list[str]
+    comparison_operator: str
+    value: str | None = None
+
+
+class MetadataFilter(BaseModel):
+    logical_operator: Literal["and", "or"] = "and"
+    conditions: list[MetadataCondition] = Field(default_factory=list, max_length=50)
+
+    def holds(self, metadata: dict[str, Any]) -> bool:
+        if not self.conditions:
+            return True
+        results = (condition_holds(metadata, c.name, c.comparison_operator, c.value) for c in self.conditions)
+        return all(results) if self.logical_operator == "and" else any(results)
+
+
+class DifyRetrievalRequest(BaseModel):
+    knowledge_id: str = Field(min_length=1, max_length=MAX_ID_CHARS)
+    query: str = Field(min_length=1)
+    retrieval_setting: RetrievalSetting
+    metadata_condition: MetadataFilter | None = None
+
+
+class DifyRecord(BaseModel):
+    content: str
+    score: float
+    title: str
+    metadata: dict[str, Any]
+
+
+class DifyRetrievalResponse(BaseModel):
+    records: list[DifyRecord]
+
+
+class DifyError_(BaseModel):  # noqa: N801 -- the documented error body, named apart from the exception
+    error_code: int
+    error_msg: str
+
+
+class DifyService:
+    def __init__(
+        self, sessions: sessionmaker[Session], keys: ApiKeyService, buckets: TokenBuckets, search: SearchService
+    ) -> None:
+        self._sessions = sessions
+        self._keys = keys
+        self._buckets = buckets
+        self._search = search
+
+    def authenticate(self, authorization: str | None) -> Caller:
+        """The caller, or Dify's 1001 (header not `Bearer <key>`) / 1002 (key not valid), both HTTP 403."""
+        presented = bearer_token(authorization)
+        if presented is None:
+            raise DifyError(
+                INVALID_HEADER, "Invalid Authorization header format. Expected 'Bearer <api-key>' format.", 403
+            )
+        try:
+            caller = self._keys.authenticate(presented)
+        except Unauthorized:
+            raise DifyError(AUTH_FAILED, "Authorization failed", 403) from None
+        self._buckets.take(caller.key_id)
+        return caller
+
+    def retrieve(self, request: DifyRetrievalRequest, caller: Caller) -> DifyRetrievalResponse:
+        setting, condition = request.retrieval_setting, request.metadata_condition
+        top_k = min(100, setting.top_k * CONDITION_OVERFETCH) if condition else setting.top_k
+        search = SearchRequest(query=request.query, knowledge_base_ids=[request.knowledge_id], top_k=top_k)
+        try:
+            hits = [hit for hit in self._search.search(search, caller).results if hit.score >= setting.score_threshold]
+        except NotFound:
+            raise DifyError(NO_SUCH_KNOWLEDGE, "The knowledge does not exist", 404) from None
+        except Conflict:  # a KB being deleted: Dify's protocol has no code but "does not exist" for it
+            raise DifyError(NO_SUCH_KNOWLEDGE, "The knowledge is being deleted", 404) from None
+        metadata = self._metadata_of({hit.document_id for hit in hits})
+        if condition is not None:
+            hits = [hit for hit in hits if condition.holds(metadata.get(hit.document_id, {}))]
+        return DifyRetrievalResponse(records=[_record(hit, metadata) for hit in hits[: setting.top_k]])
+
+    def _metadata_of(self, document_ids: set[str]) -> dict[str, dict[str, Any]]:
+        with self._sessions() as session:
+            rows = session.execute(select(Document.id, Document.metadata_).where(Document.id.in_(document_ids)))
+            return {document_id: dict(metadata or {}) for document_id, metadata in rows}
+
+
+def _record(hit: SearchHit, metadata: dict[str, dict[str, Any]]) -> DifyRecord:
+    return DifyRecord(
+        content=hit.text,
+        score=hit.score,
+        title=hit.title,
+        # The document's own metadata, then ragkb's citation fields (which win on a clash).
+        metadata={
+            **metadata.get(hit.document_id, {}),
+            "document_id": hit.document_id,
+            "source_id": hit.source_id,
+            "chunk_id": hit.chunk_id,
+            "knowledge_base_id": hit.knowledge_base_id,
+            "heading_path": hit.heading_path,
+            "page": hit.page,
+            "labels": hit.labels,
+            "doc_type": hit.doc_type,
+        },
+    )

@@ -1,0 +1,1 @@
+"""Documents of a KB: uploads, batches, versions, labels, reference documents."""

@@ -1,0 +1,1 @@
+"""Question sets (BEIR import/export) and evaluations of a KB's retrieval."""

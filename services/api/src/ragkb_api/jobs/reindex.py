@@ -1,0 +1,100 @@
+"""Re-index and rollback (ragkb_store.reindexing): start a job that builds a new index generation from the
+stored originals while the old one serves (with new chunking, analyzer or embedding model settings), and
+switch back to the previous generation, and its settings, while it is kept."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import Celery
+from sqlalchemy import select, update
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_api.jobs.schemas import ReindexRequest
+from ragkb_api.jobs.service import job_item, running_job
+from ragkb_api.knowledge_bases.service import load_writable_kb
+from ragkb_core.errors import Conflict
+from ragkb_core.ids import new_id
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_core.settings import EmbeddingSettings
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, KnowledgeBase, utcnow
+from ragkb_store.jobs import REINDEX
+from ragkb_store.queue import enqueue_finish_reindex, enqueue_reindex_document
+from ragkb_store.reindexing import BuildSettings, IndexState, ReindexTarget, active_reindex, settings_of, take_settings
+
+_log = logging.getLogger("ragkb.api")
+
+
+class ReindexService:
+    def __init__(
+        self, sessions: sessionmaker[Session], retriever: RetrieverClient, queue: Celery, embedding: EmbeddingSettings
+    ) -> None:
+        self._sessions = sessions
+        self._retriever = retriever
+        self._queue = queue
+        self._embedding = embedding
+
+    def start(self, kb_id: str, request: ReindexRequest) -> str:
+        """Start a re-index job (one per KB at a time); returns its id."""
+        job_id = new_id()
+        with transaction(self._sessions) as session:
+            kb = _locked_kb(session, kb_id)
+            if (running := active_reindex(session, kb_id)) is not None:
+                raise Conflict(f"a re-index of this knowledge base is already running (job {running.id})")
+            model = request.embedding_model or kb.embedding_model
+            if model != kb.embedding_model:
+                self._embedding.require_allowed(model)
+            settings = BuildSettings(
+                chunking=request.chunking or KbChunking.model_validate(kb.chunking),
+                analyzer=request.analyzer or KbAnalyzer.model_validate(kb.analyzer),
+                embedding_model=model,
+            )
+            documents = _indexed_documents(session, kb_id)
+            # Inside the transaction: if the generation cannot be made, no job is left behind. Its vectors
+            # have the size of the model it is built with.
+            generation = self._retriever.create_generation(kb_id, embedding_model=model)
+            target = ReindexTarget(
+                generation=generation,
+                settings=settings,
+                document_ids=[document_id for document_id, _ in documents],
+                skip_quality_gate=request.skip_quality_gate,
+            )
+            session.add(running_job(job_id, REINDEX, kb_id, utcnow(), params=target.model_dump(mode="json")))
+            session.flush()
+            session.add_all(job_item(job_id, kb_id, source_id, REINDEX) for _, source_id in documents)
+        if not documents:
+            enqueue_finish_reindex(self._queue, job_id)
+        for document_id, _ in documents:
+            enqueue_reindex_document(self._queue, job_id, document_id)
+        _log.info("KB %s: re-index job %s into generation %d (%d documents)", kb_id, job_id, generation, len(documents))
+        return job_id
+
+    def rollback(self, kb_id: str) -> None:
+        """Serve the previous generation again, with the settings it was built with (and keep the one left)."""
+        with transaction(self._sessions) as session:
+            kb = _locked_kb(session, kb_id)
+            if active_reindex(session, kb_id) is not None:
+                raise Conflict("a re-index of this knowledge base is running: wait for it, or cancel it")
+            state = IndexState.model_validate(kb.index_state)
+            if state.previous_generation is None or state.previous_settings is None:
+                raise Conflict("this knowledge base has no previous index generation to roll back to")
+            current = settings_of(kb)
+            _, left = self._retriever.switch_generation(kb_id, state.previous_generation)
+            take_settings(kb, state.previous_settings)
+            kb.index_state = IndexState(previous_generation=left, previous_settings=current).model_dump(mode="json")
+
+
+def _locked_kb(session: Session, kb_id: str) -> KnowledgeBase:
+    """The KB row, written first so that concurrent re-index, rollback and delete calls on it run one at a
+    time; a KB being deleted is refused (409)."""
+    session.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(updated_at=utcnow()))
+    return load_writable_kb(session, kb_id)
+
+
+def _indexed_documents(session: Session, kb_id: str) -> list[tuple[str, str]]:
+    query = select(Document.id, Document.source_id).where(
+        Document.kb_id == kb_id, Document.indexed_version.is_not(None)
+    )
+    return [(document_id, source_id) for document_id, source_id in session.execute(query)]

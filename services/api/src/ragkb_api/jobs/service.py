@@ -1,0 +1,327 @@
+"""Long operations as jobs: manifest sync and retry of every failed document of a KB; reading, listing and
+cancelling jobs (re-index and KB deletion jobs too: ragkb_api.jobs.reindex, ragkb_api.knowledge_bases.deletion), and the
+snapshots their event stream is made of.
+
+A sync deletes its orphans synchronously, within the call (each one a `deleted` item of the job, done or
+failed by the time the plan is answered); its uploads are items the job waits for until their documents
+are indexed or failed (ragkb_store.jobs)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_api.access import Caller, Permission
+from ragkb_api.documents.service import DocumentService
+from ragkb_api.jobs.schemas import (
+    JobCounts,
+    JobError,
+    JobOut,
+    JobProgress,
+    SyncCounts,
+    SyncDelete,
+    SyncExcluded,
+    SyncPlanOut,
+    SyncRequest,
+    SyncUpload,
+)
+from ragkb_api.jobs.sync import ManifestEntry, StoredDocument, SyncPlan, SyncRules, plan_sync
+from ragkb_api.knowledge_bases.service import load_kb, load_writable_kb
+from ragkb_core.errors import Conflict, Forbidden, NotFound, RagkbError
+from ragkb_core.ids import new_id
+from ragkb_core.kb_settings import KbSync
+from ragkb_core.settings import JobSettings
+from ragkb_store import jobs as progress
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, utcnow
+from ragkb_store.quality_gate import QualityCheck
+from ragkb_store.queue import enqueue_ingest
+
+_log = logging.getLogger("ragkb.api.jobs")
+RECENT_JOBS = 50
+
+
+@dataclass(frozen=True)
+class SettledItem:
+    id: int
+    source_id: str
+    action: str
+    status: str
+    message: str | None
+
+
+@dataclass(frozen=True)
+class JobSnapshot:
+    """A job as its event stream sees it: the items settled since the last look, and the job itself."""
+
+    job: JobOut
+    newly_settled: list[SettledItem]
+    finished: bool
+
+
+class JobService:
+    def __init__(
+        self, sessions: sessionmaker[Session], documents: DocumentService, queue: Celery, settings: JobSettings
+    ) -> None:
+        self._sessions = sessions
+        self._documents = documents
+        self._queue = queue
+        self._settings = settings
+
+    # -- sync --------------------------------------------------------------------------------------------
+
+    def sync(self, kb_id: str, request: SyncRequest) -> SyncPlanOut:
+        with self._sessions() as session:
+            kb = load_writable_kb(session, kb_id)
+            rules = SyncRules.of(KbSync.model_validate(kb.sync))
+            stored = _stored_documents(session, kb_id)
+        manifest = [ManifestEntry(file.source_id, file.sha256) for file in request.files]
+        plan = plan_sync(manifest, stored, rules)
+        if request.dry_run:
+            return _plan_out(plan, None)
+        versions = {document.source_id: document.version for document in stored}
+        shas = {entry.source_id: entry.sha256 for entry in manifest}
+        job_id = self._record_sync_job(kb_id, plan, shas, versions)
+        self._delete_orphans(kb_id, job_id, plan.delete)
+        with transaction(self._sessions) as session:
+            progress.refresh_job(session, session.get_one(Job, job_id), self._settings.upload_wait_s)
+        return _plan_out(plan, job_id)
+
+    def _record_sync_job(self, kb_id: str, plan: SyncPlan, shas: dict[str, str], versions: dict[str, int]) -> str:
+        job_id = new_id()
+        now = utcnow()
+        with transaction(self._sessions) as session:
+            session.add(running_job(job_id, "sync", kb_id, now, unchanged=len(plan.unchanged)))
+            session.flush()
+            for source_id, _ in plan.upload:
+                sha, base = shas[source_id], versions.get(source_id)
+                session.add(job_item(job_id, kb_id, source_id, progress.UPLOAD, sha=sha, base=base))
+            for source_id, _ in plan.delete:
+                session.add(job_item(job_id, kb_id, source_id, progress.DELETE))
+            for source_id, message in plan.errors:
+                session.add(
+                    job_item(job_id, kb_id, source_id, progress.CHECK, status=JobItemStatus.FAILED, message=message)
+                )
+        return job_id
+
+    def _delete_orphans(self, kb_id: str, job_id: str, orphans: list[tuple[str, str]]) -> None:
+        for source_id, document_id in orphans:
+            status, message = JobItemStatus.DONE, None
+            try:
+                self._documents.delete(kb_id, document_id)
+            except NotFound:
+                pass  # deleted meanwhile: what the sync wanted
+            except RagkbError as exc:
+                status, message = JobItemStatus.FAILED, f"could not delete: {exc.detail}"
+            with transaction(self._sessions) as session:
+                item = session.scalars(
+                    select(JobItem).where(
+                        JobItem.job_id == job_id, JobItem.source_id == source_id, JobItem.action == progress.DELETE
+                    )
+                ).one()
+                item.status, item.message, item.updated_at = status, message, utcnow()
+
+    # -- retry ---------------------------------------------------------------------------------------------
+
+    def retry_failed(self, kb_id: str) -> JobOut:
+        """Queue every failed document of the KB again, from its stored original, as one job."""
+        job_id = new_id()
+        with transaction(self._sessions) as session:
+            load_writable_kb(session, kb_id)
+            session.add(running_job(job_id, "retry", kb_id, utcnow()))
+            session.flush()
+            failed = session.scalars(
+                select(Document).where(Document.kb_id == kb_id, Document.status == DocumentStatus.FAILED)
+            ).all()
+            for document in failed:
+                _requeue(session, document)
+                session.add(job_item(job_id, kb_id, document.source_id, progress.RETRY, sha=document.blob_sha256))
+            document_ids = [document.id for document in failed]
+        for document_id in document_ids:
+            self._enqueue(document_id)
+        with transaction(self._sessions) as session:
+            job = session.get_one(Job, job_id)
+            progress.refresh_job(session, job, self._settings.upload_wait_s)
+            return _job_out(session, job)
+
+    # -- reading and cancelling -----------------------------------------------------------------------------
+
+    def get(self, job_id: str, caller: Caller) -> JobOut:
+        with transaction(self._sessions) as session:
+            job = _load_job(session, job_id, caller, "read")
+            progress.refresh_job(session, job, self._settings.upload_wait_s)
+            return _job_out(session, job)
+
+    def list_for_kb(self, kb_id: str) -> list[JobOut]:
+        """The KB's recent jobs, newest first (one-document ingest jobs are the documents' own business)."""
+        with transaction(self._sessions) as session:
+            load_kb(session, kb_id)
+            query = select(Job).where(Job.kb_id == kb_id, Job.kind != "ingest").order_by(Job.created_at.desc())
+            jobs = session.scalars(query.limit(RECENT_JOBS)).all()
+            for job in jobs:
+                progress.refresh_job(session, job, self._settings.upload_wait_s)
+            return [_job_out(session, job) for job in jobs]
+
+    def cancel(self, job_id: str, caller: Caller) -> JobOut:
+        with transaction(self._sessions) as session:
+            job = _load_job(session, job_id, caller, "write")
+            if job.kind == progress.KB_DELETE and job.status not in progress.FINISHED_JOB_STATUSES:
+                # Its first step drops the index: there is no KB to go back to, only DELETE again to finish.
+                raise Conflict(
+                    "a knowledge-base deletion cannot be cancelled (its index is dropped first); "
+                    "if it failed, DELETE the knowledge base again to finish it",
+                    job_status=job.status,
+                )
+            progress.refresh_job(session, job, self._settings.upload_wait_s)
+            if not progress.cancel_job(session, job):
+                raise Conflict(f"job {job_id} is already {job.status}", job_status=job.status)
+            return _job_out(session, job)
+
+    def check_readable(self, job_id: str, caller: Caller) -> None:
+        with self._sessions() as session:
+            _load_job(session, job_id, caller, "read")
+
+    def snapshot(self, job_id: str, reported: set[int]) -> JobSnapshot:
+        """The job now, and its items settled since those in `reported` (which this adds them to)."""
+        with transaction(self._sessions) as session:
+            job = session.get(Job, job_id)
+            if job is None:
+                raise NotFound(f"job {job_id} no longer exists")
+            progress.refresh_job(session, job, self._settings.upload_wait_s)
+            new = [_settled(item) for item in progress.settled_items(session, job_id) if item.id not in reported]
+            reported.update(item.id for item in new)
+            return JobSnapshot(_job_out(session, job), new, job.status in progress.FINISHED_JOB_STATUSES)
+
+    def _enqueue(self, document_id: str) -> None:
+        try:
+            enqueue_ingest(self._queue, document_id)
+        except Exception:  # the broker is down: the document is pending, the worker's sweeper queues it later
+            _log.warning("could not queue document %s now; the sweeper will queue it", document_id, exc_info=True)
+
+
+def _load_job(session: Session, job_id: str, caller: Caller, permission: Permission) -> Job:
+    """The job, if the caller may read its KB (jobs of no KB: admins only). Unknown and ungranted ids get
+    the same answer; a reader asking to change it gets 403."""
+    job = session.get(Job, job_id)
+    readable = job is not None and (caller.is_admin or (job.kb_id is not None and caller.may(job.kb_id, "read")))
+    if job is None or not readable:
+        raise NotFound(f"job {job_id} does not exist or is not yours")
+    if permission == "write" and not caller.may(job.kb_id or "", "write"):
+        raise Forbidden(f"this key may read knowledge base {job.kb_id} but not change it")
+    return job
+
+
+def _stored_documents(session: Session, kb_id: str) -> list[StoredDocument]:
+    rows = session.execute(
+        select(Document.id, Document.source_id, Document.blob_sha256, Document.status, Document.version).where(
+            Document.kb_id == kb_id
+        )
+    )
+    return [StoredDocument(*row) for row in rows]
+
+
+def running_job(
+    job_id: str, kind: str, kb_id: str, now: Any, *, unchanged: int = 0, params: dict[str, Any] | None = None
+) -> Job:
+    """A job that starts now (sync, retry, re-index, KB deletion); `params` is what it was asked to do."""
+    return Job(
+        id=job_id,
+        kind=kind,
+        kb_id=kb_id,
+        status=JobStatus.RUNNING,
+        params=params or {},
+        counts={"unchanged": unchanged},
+        errors=[],
+        created_at=now,
+        started_at=now,
+    )
+
+
+def job_item(
+    job_id: str,
+    kb_id: str,
+    source_id: str,
+    action: str,
+    *,
+    sha: str | None = None,
+    base: int | None = None,
+    status: JobItemStatus = JobItemStatus.PENDING,
+    message: str | None = None,
+) -> JobItem:
+    return JobItem(
+        job_id=job_id,
+        kb_id=kb_id,
+        source_id=source_id,
+        action=action,
+        sha256=sha,
+        base_version=base,
+        status=status,
+        message=message,
+        updated_at=utcnow(),
+    )
+
+
+def _requeue(session: Session, document: Document) -> None:
+    document.status = DocumentStatus.PENDING
+    document.error = None
+    document.attempts = 0
+    document.lease_until = None
+    # The operator's record of this run, like a single retry's.
+    session.add(Job(id=new_id(), kind="ingest", kb_id=document.kb_id, document_id=document.id, status=JobStatus.QUEUED))
+
+
+def _settled(item: JobItem) -> SettledItem:
+    return SettledItem(item.id, item.source_id, item.action, item.status, item.message)
+
+
+def _plan_out(plan: SyncPlan, job_id: str | None) -> SyncPlanOut:
+    excluded = [SyncExcluded(source_id=s, reason=r) for s, r in plan.excluded]
+    excluded += [SyncExcluded(source_id=s, reason=f"error: {m}") for s, m in plan.errors]
+    return SyncPlanOut(
+        job_id=job_id,
+        upload=[SyncUpload(source_id=s, reason=r) for s, r in plan.upload],
+        unchanged=plan.unchanged,
+        delete=[SyncDelete(source_id=s, document_id=d) for s, d in plan.delete],
+        excluded=excluded,
+        counts=SyncCounts(
+            upload=len(plan.upload), unchanged=len(plan.unchanged), delete=len(plan.delete), excluded=len(excluded)
+        ),
+    )
+
+
+def _job_out(session: Session, job: Job) -> JobOut:
+    if job.kind == "ingest":  # one document's run: no items, its own record
+        counts, errors = (
+            JobCounts(**{k: v for k, v in job.counts.items() if k in JobCounts.model_fields}),
+            [JobError(source_id=None, message=str(error)) for error in job.errors],
+        )
+        current, total = job.progress_current, job.progress_total
+    else:
+        tally = progress.tally_job(session, job)
+        counts = JobCounts(**progress.counts_of(tally))
+        errors = [JobError(**error) for error in progress.item_errors(session, job.id)]
+        errors += [JobError(source_id=None, message=str(error)) for error in job.errors]
+        current, total = tally.current, tally.total
+    return JobOut(
+        id=job.id,
+        kind=job.kind,
+        knowledge_base_id=job.kb_id,
+        status=job.status,
+        progress=JobProgress(current=current, total=total),
+        counts=counts,
+        errors=errors,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        quality_check=_quality_check(job),
+    )
+
+
+def _quality_check(job: Job) -> QualityCheck | None:
+    recorded = job.params.get("quality_check") if job.params else None
+    return QualityCheck.model_validate(recorded) if recorded else None

@@ -1,0 +1,31 @@
+""""""
+
+from __future__ import annotations
+
+from litestar import Controller, delete, get, patch, post
+
+from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyOut, ApiKeyPatch
+from ragkb_api.keys.service import ApiKeyService
+from ragkb_http import access
+
+
+class ApiKeyController(Controller):
+    path = "/v1/api-keys"
+    tags = ["api keys"]
+    opt = access("admin")
+
+    @post("/", status_code=201, sync_to_thread=True, summary="Create a key; the key is in this answer only")
+    def create(self, data: ApiKeyCreate, key_service: ApiKeyService) -> ApiKeyCreated:
+        return key_service.create(data)
+
+    @get("/", sync_to_thread=True, summary="List keys (never their secrets)")
+    def list_all(self, key_service: ApiKeyService) -> list[ApiKeyOut]:
+        return key_service.list()
+
+    @patch("/{key_id:str}", sync_to_thread=True, summary="Replace a key's grants and/or search filter")
+    def update(self, key_id: str, data: ApiKeyPatch, key_service: ApiKeyService) -> ApiKeyOut:
+        return key_service.update(key_id, data)
+
+    @delete("/{key_id:str}", status_code=204, sync_to_thread=True, summary="Revoke a key (at once, for good)")
+    def revoke(self, key_id: str, key_service: ApiKeyService) -> None:
+        key_service.revoke(key_id)

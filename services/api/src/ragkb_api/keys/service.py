@@ -1,0 +1,132 @@
+"""Issue, list, change and revoke API keys, and resolve a presented key to its caller."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_api.access import Caller, SearchRestriction, generate_key, hash_key, hashes_match, key_prefix
+from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyOut, ApiKeyPatch, KeySearchFilter
+from ragkb_core.errors import InvalidInput, NotFound, Unauthorized
+from ragkb_core.ids import new_id
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import ApiKey, KnowledgeBase, utcnow
+
+BOOTSTRAP_KEY_ID = "bootstrap"
+
+
+class ApiKeyService:
+    """Issues, lists, changes and revokes API keys, and resolves a presented key to its caller."""
+
+    def __init__(self, sessions: sessionmaker[Session], bootstrap_admin_key: str | None) -> None:
+        self._sessions = sessions
+        # Kept hashed in memory only, and compared like any other key.
+        self._bootstrap_hash = hash_key(bootstrap_admin_key) if bootstrap_admin_key else None
+
+    def authenticate(self, presented: str | None) -> Caller:
+        if presented is None:
+            raise Unauthorized("send an API key: `Authorization: Bearer <key>`")
+        if self._bootstrap_hash is not None and hashes_match(presented, self._bootstrap_hash):
+            return Caller(key_id=BOOTSTRAP_KEY_ID, role="admin")
+        key = self._find_live(presented)
+        if key is None:
+            # One answer for malformed, unknown and revoked keys: nothing to learn by trying.
+            raise Unauthorized("the API key is not valid")
+        return _caller(key)
+
+    def create(self, data: ApiKeyCreate) -> ApiKeyCreated:
+        new = generate_key()
+        with transaction(self._sessions) as session:
+            _check_key_fields(session, data.role, data.grants, data.search_filter)
+            key = ApiKey(
+                id=new_id(),
+                name=data.name,
+                role=data.role,
+                prefix=new.prefix,
+                key_hash=new.key_hash,
+                grants=dict(data.grants),
+                search_filter=data.search_filter.model_dump() if data.search_filter else None,
+            )
+            session.add(key)
+            session.flush()
+            return ApiKeyCreated(**_api_key_out(key).model_dump(), key=new.plaintext)
+
+    def list(self) -> list[ApiKeyOut]:
+        with self._sessions() as session:
+            return [_api_key_out(key) for key in session.scalars(select(ApiKey).order_by(ApiKey.created_at))]
+
+    def update(self, key_id: str, patch: ApiKeyPatch) -> ApiKeyOut:
+        changes = patch.model_fields_set
+        if not changes:
+            raise InvalidInput("nothing to change: give grants and/or search_filter")
+        with transaction(self._sessions) as session:
+            key = _load_api_key(session, key_id)
+            grants = patch.grants if "grants" in changes and patch.grants is not None else key.grants
+            search_filter = patch.search_filter if "search_filter" in changes else _key_filter(key)
+            _check_key_fields(session, key.role, grants, search_filter)
+            key.grants = dict(grants)
+            key.search_filter = search_filter.model_dump() if search_filter else None
+            session.flush()
+            return _api_key_out(key)
+
+    def revoke(self, key_id: str) -> None:
+        with transaction(self._sessions) as session:
+            key = _load_api_key(session, key_id)
+            key.revoked_at = key.revoked_at or utcnow()
+
+    def _find_live(self, presented: str) -> ApiKey | None:
+        prefix = key_prefix(presented)
+        if prefix is None:
+            return None
+        with self._sessions() as session:
+            key = session.scalars(select(ApiKey).where(ApiKey.prefix == prefix)).one_or_none()
+        if key is None or key.revoked_at is not None or not hashes_match(presented, key.key_hash):
+            return None
+        return key
+
+
+def _check_key_fields(
+    session: Session, role: str, grants: dict[str, Any], search_filter: KeySearchFilter | None
+) -> None:
+    if role == "admin" and (grants or search_filter):
+        raise InvalidInput("grants and search_filter apply to client keys; an admin key sees every KB")
+    known = set(session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.id.in_(list(grants)))))
+    unknown = sorted(set(grants) - known)
+    if unknown:
+        raise InvalidInput(f"grants name unknown knowledge bases: {', '.join(unknown)}", unknown=unknown)
+
+
+def _load_api_key(session: Session, key_id: str) -> ApiKey:
+    key = session.get(ApiKey, key_id)
+    if key is None:
+        raise NotFound(f"API key {key_id} does not exist")
+    return key
+
+
+def _key_filter(key: ApiKey) -> KeySearchFilter | None:
+    return KeySearchFilter.model_validate(key.search_filter) if key.search_filter is not None else None
+
+
+def _caller(key: ApiKey) -> Caller:
+    restriction = _key_filter(key) or KeySearchFilter()
+    return Caller(
+        key_id=key.id,
+        role="admin" if key.role == "admin" else "client",
+        grants=dict(key.grants),
+        restriction=SearchRestriction(labels_any=restriction.labels_any, doc_types=restriction.doc_types),
+    )
+
+
+def _api_key_out(key: ApiKey) -> ApiKeyOut:
+    return ApiKeyOut(
+        id=key.id,
+        name=key.name,
+        role="admin" if key.role == "admin" else "client",
+        prefix=key.prefix,
+        grants=dict(key.grants),
+        search_filter=_key_filter(key),
+        created_at=key.created_at,
+        revoked_at=key.revoked_at,
+    )

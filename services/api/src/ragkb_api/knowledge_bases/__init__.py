@@ -1,0 +1,1 @@
+"""Knowledge bases: settings, lookups, deletion (a job the worker runs)."""

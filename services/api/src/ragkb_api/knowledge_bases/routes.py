@@ -1,0 +1,62 @@
+""""""
+
+from __future__ import annotations
+
+from litestar import Controller, delete, get, patch, post
+
+from ragkb_api.access import Caller
+from ragkb_api.jobs.schemas import JobOut
+from ragkb_api.jobs.service import JobService
+from ragkb_api.knowledge_bases.deletion import KbDeletionService
+from ragkb_api.knowledge_bases.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate
+from ragkb_api.knowledge_bases.service import KnowledgeBaseService
+from ragkb_http import access
+
+DELETE_DESCRIPTION = """A job (kind `kb_delete`, 202): the KB's index is dropped first, then its documents in
+batches (progress = documents deleted of those it had), then the stored originals no other document uses,
+then the KB itself; follow GET /v1/jobs/{id} or its /events. From the moment it is accepted the KB is
+`deleting`: uploads, syncs, re-indexes and searches naming it answer 409, and once it is gone 404. A
+deletion cannot be cancelled; if it fails, DELETE again finishes it (an unfinished one is queued again and
+answered as it is). 409 while a re-index of the KB runs."""
+
+
+class KnowledgeBaseController(Controller):
+    path = "/v1/knowledge-bases"
+    tags = ["knowledge bases"]
+
+    @post("/", status_code=201, sync_to_thread=True, summary="Create a knowledge base", opt=access("admin"))
+    def create(self, data: KnowledgeBaseCreate, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
+        return kb_service.create(data)
+
+    @get("/", sync_to_thread=True, summary="List the knowledge bases this key may read", opt=access("caller"))
+    def list_all(self, kb_service: KnowledgeBaseService, caller: Caller) -> list[KnowledgeBaseOut]:
+        return kb_service.list(caller)
+
+    @get(
+        "/{kb_id:str}",
+        sync_to_thread=True,
+        summary="Get a knowledge base with document counts per status",
+        opt=access("read"),
+    )
+    def get_one(self, kb_id: str, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
+        return kb_service.get(kb_id)
+
+    @patch(
+        "/{kb_id:str}", sync_to_thread=True, summary="Rename a KB or change its chunking settings", opt=access("admin")
+    )
+    def update(self, kb_id: str, data: KnowledgeBaseUpdate, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
+        return kb_service.update(kb_id, data)
+
+    @delete(
+        "/{kb_id:str}",
+        status_code=202,
+        sync_to_thread=True,
+        summary="Delete a KB, its documents and index, as a job",
+        description=DELETE_DESCRIPTION,
+        opt=access("admin"),
+    )
+    def remove(
+        self, kb_id: str, kb_deletion_service: KbDeletionService, job_service: JobService, caller: Caller
+    ) -> JobOut:
+        job_id = kb_deletion_service.start(kb_id)
+        return job_service.get(job_id, caller)

@@ -1,0 +1,66 @@
+"""Request and response shapes of knowledge bases."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, field_validator
+
+from ragkb_api.fields import UtcDateTime
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync, RetrievalOverrides
+
+
+class KnowledgeBaseCreate(BaseModel):
+    name: str = Field(min_length=1, max_length=200)
+    description: str = Field(default="", max_length=2000)
+    chunking: KbChunking = Field(default_factory=KbChunking)
+    retrieval: KbRetrieval = Field(default_factory=KbRetrieval)
+    # Fixed for the KB's life: changing how text becomes terms needs a re-index.
+    analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
+    # Which files of a synced folder belong in the KB (include prefixes, exclude patterns, extensions).
+    sync: KbSync = Field(default_factory=KbSync)
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("name must not be blank")
+        return value.strip()
+
+
+class RetrievalPatch(RetrievalOverrides):
+    """Fields of a KB's retrieval settings to change; a field sent as null goes back to its default."""
+
+    reranker_model: str | None = Field(default=None, min_length=1, max_length=500)
+
+
+class KnowledgeBaseUpdate(BaseModel):
+    """Rename or re-describe a KB, change how documents ingested from now on are chunked, or how it is
+    searched (takes effect on the next search). `analyzer` is refused: it changes only by re-indexing."""
+
+    name: str | None = Field(default=None, min_length=1, max_length=200)
+    description: str | None = Field(default=None, max_length=2000)
+    chunking: KbChunking | None = None
+    retrieval: RetrievalPatch | None = None
+    analyzer: KbAnalyzer | None = None
+    # Replaces the sync rules whole (fields left out take their defaults); applies from the next sync.
+    sync: KbSync | None = None
+
+
+class KnowledgeBaseOut(BaseModel):
+    id: str
+    name: str
+    description: str
+    embedding_model: str
+    analyzer_version: str
+    chunking: KbChunking
+    retrieval: KbRetrieval
+    analyzer: KbAnalyzer
+    sync: KbSync
+    document_counts: dict[str, int]
+    # `deleting` from the moment DELETE accepted its job (`deletion_job_id`) until that job removes the KB;
+    # meanwhile writes and searches naming it answer 409.
+    status: Literal["active", "deleting"] = "active"
+    deletion_job_id: str | None = None
+    created_at: UtcDateTime
+    updated_at: UtcDateTime

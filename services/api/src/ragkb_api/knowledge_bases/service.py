@@ -1,0 +1,184 @@
+"""Create, read and change KBs; the lookups every domain uses to find a KB (one 404 for unknown and
+ungranted ids). Deleting a KB is a job (ragkb_api.knowledge_bases.deletion)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from pydantic import ValidationError
+from sqlalchemy import func, select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_api.access import Caller, kb_not_found
+from ragkb_api.jobs.sync import compile_exclude
+from ragkb_api.knowledge_bases.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate, RetrievalPatch
+from ragkb_core.errors import Conflict, InvalidInput
+from ragkb_core.ids import new_id
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, DocumentStatus, KnowledgeBase
+
+
+class KnowledgeBaseService:
+    """Create, read and change KBs. Deleting one is a job (ragkb_api.knowledge_bases.deletion)."""
+
+    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient) -> None:
+        self._sessions = sessions
+        self._retriever = retriever
+
+    def create(self, data: KnowledgeBaseCreate) -> KnowledgeBaseOut:
+        _check_sync_patterns(data.sync)
+        kb_id = new_id()
+        try:
+            with transaction(self._sessions) as session:
+                _ensure_name_free(session, data.name)
+                # Inside the transaction: if the index cannot be created, no KB row is left behind.
+                index = self._retriever.create_kb(kb_id)
+                session.add(
+                    KnowledgeBase(
+                        id=kb_id,
+                        name=data.name,
+                        description=data.description,
+                        embedding_model=index.embedding_model,
+                        analyzer_version=data.analyzer.version,
+                        chunking=data.chunking.model_dump(),
+                        retrieval=data.retrieval.model_dump(exclude_defaults=True),
+                        # In full: the analyzer's defaults may change, the terms this KB was built with may not.
+                        analyzer=data.analyzer.model_dump(),
+                        sync=data.sync.model_dump(exclude_defaults=True),
+                    )
+                )
+        except IntegrityError as exc:
+            # Lost a race for the name after the index was made: remove that empty index again.
+            self._retriever.drop_kb(kb_id)
+            raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
+        return self.get(kb_id)
+
+    def list(self, caller: Caller) -> list[KnowledgeBaseOut]:
+        query = select(KnowledgeBase).order_by(KnowledgeBase.created_at)
+        if not caller.is_admin:
+            query = query.where(KnowledgeBase.id.in_(caller.readable(caller.grants)))
+        with self._sessions() as session:
+            kbs = session.scalars(query).all()
+            counts = _status_counts(session, [kb.id for kb in kbs])
+            return [_kb_out(kb, counts.get(kb.id, {})) for kb in kbs]
+
+    def get(self, kb_id: str) -> KnowledgeBaseOut:
+        with self._sessions() as session:
+            kb = load_kb(session, kb_id)
+            return _kb_out(kb, _status_counts(session, [kb_id]).get(kb_id, {}))
+
+    def update(self, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBaseOut:
+        changes = data.model_dump(exclude_none=True, exclude={"retrieval", "analyzer", "sync"})
+        if not changes and data.retrieval is None and data.analyzer is None and data.sync is None:
+            raise InvalidInput("nothing to change: give name, description, chunking, retrieval or sync")
+        if data.sync is not None:
+            _check_sync_patterns(data.sync)
+        try:
+            with transaction(self._sessions) as session:
+                kb = load_writable_kb(session, kb_id)
+                _refuse_analyzer_change(kb, data.analyzer)
+                if data.name is not None and data.name != kb.name:
+                    _ensure_name_free(session, data.name)
+                for field, value in changes.items():
+                    setattr(kb, field, value)
+                if data.retrieval is not None:
+                    kb.retrieval = _patched_retrieval(kb.retrieval, data.retrieval)
+                if data.sync is not None:
+                    kb.sync = data.sync.model_dump(exclude_defaults=True)
+        except IntegrityError as exc:
+            raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
+        return self.get(kb_id)
+
+
+def _ensure_name_free(session: Session, name: str) -> None:
+    if session.scalars(select(KnowledgeBase.id).where(KnowledgeBase.name == name)).first():
+        raise Conflict(f"a knowledge base named {name!r} already exists")
+
+
+def _refuse_analyzer_change(kb: KnowledgeBase, requested: KbAnalyzer | None) -> None:
+    if requested is not None and requested != KbAnalyzer.model_validate(kb.analyzer):
+        raise Conflict(
+            "a knowledge base's analyzer changes only by re-indexing it: every passage's terms must be made again",
+            analyzer=KbAnalyzer.model_validate(kb.analyzer).model_dump(),
+        )
+
+
+def _check_sync_patterns(sync: KbSync) -> None:
+    """The exclude patterns compile as the sync matcher runs them (the `regex` module), not only as `re` does:
+    a pattern that cannot run is refused now (422), never skipped at sync time."""
+    for pattern in sync.exclude_patterns:
+        compile_exclude(pattern)
+
+
+def _patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[str, Any]:
+    """The stored settings with the patch's fields applied (null: back to the default), validated whole."""
+    merged = KbRetrieval.model_validate(stored).model_dump() | patch.model_dump(exclude_unset=True)
+    defaults = KbRetrieval().model_dump()
+    unset_to_default = {field: defaults[field] if value is None else value for field, value in merged.items()}
+    try:
+        return KbRetrieval.model_validate(unset_to_default).model_dump(exclude_defaults=True)
+    except ValidationError as exc:
+        raise InvalidInput(f"invalid retrieval settings: {exc.errors()[0]['msg']}") from exc
+
+
+def load_kb(session: Session, kb_id: str) -> KnowledgeBase:
+    """The KB, or the same NotFound for unknown and ungranted ids."""
+    kb = session.get(KnowledgeBase, kb_id)
+    if kb is None:
+        raise kb_not_found(kb_id)
+    return kb
+
+
+def load_writable_kb(session: Session, kb_id: str) -> KnowledgeBase:
+    """The KB, unless it is being deleted (409: see ensure_not_deleting)."""
+    kb = load_kb(session, kb_id)
+    ensure_not_deleting(kb)
+    return kb
+
+
+def ensure_not_deleting(kb: KnowledgeBase) -> None:
+    """409, not 404, for a KB whose deletion job runs (or failed and waits for DELETE again): the KB still
+    exists (GET shows it `deleting`, with its job) and a 404 would say it is gone when a retried deletion may
+    still have to finish. Once the job has removed it, it answers 404 like any unknown id."""
+    if kb.deletion_job_id is not None:
+        raise Conflict(
+            f"knowledge base {kb.id} is being deleted (job {kb.deletion_job_id})",
+            knowledge_base_id=kb.id,
+            job_id=kb.deletion_job_id,
+        )
+
+
+def _status_counts(session: Session, kb_ids: Sequence[str]) -> dict[str, dict[str, int]]:
+    rows = session.execute(
+        select(Document.kb_id, Document.status, func.count())
+        .where(Document.kb_id.in_(kb_ids))
+        .group_by(Document.kb_id, Document.status)
+    )
+    counts: dict[str, dict[str, int]] = {}
+    for kb_id, status, count in rows:
+        counts.setdefault(kb_id, {})[status] = count
+    return counts
+
+
+def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
+    all_counts = {status.value: counts.get(status.value, 0) for status in DocumentStatus}
+    return KnowledgeBaseOut(
+        id=kb.id,
+        name=kb.name,
+        description=kb.description,
+        embedding_model=kb.embedding_model,
+        analyzer_version=kb.analyzer_version,
+        chunking=KbChunking.model_validate(kb.chunking),
+        retrieval=KbRetrieval.model_validate(kb.retrieval),
+        analyzer=KbAnalyzer.model_validate(kb.analyzer),
+        sync=KbSync.model_validate(kb.sync),
+        document_counts=all_counts,
+        status="deleting" if kb.deletion_job_id else "active",
+        deletion_job_id=kb.deletion_job_id,
+        created_at=kb.created_at,
+        updated_at=kb.updated_at,
+    )

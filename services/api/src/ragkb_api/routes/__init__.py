@@ -1,1 +1,0 @@
-"""HTTP controllers: a few lines each, delegating to the service layer."""

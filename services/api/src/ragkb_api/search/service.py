@@ -1,0 +1,197 @@
+"""Search, search-test and analyze: resolve each KB's effective settings, then ask the retriever."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_api.access import Caller, search_scope
+from ragkb_api.search.schemas import (
+    AnalyzeRequest,
+    ExpectedDocumentTrace,
+    SearchFilters,
+    SearchRequest,
+    SearchResponse,
+    SearchTestRequest,
+    SearchTestResponse,
+    SearchTestRun,
+)
+from ragkb_core.contracts import AnalyzeQuery, AnalyzeResult, DocType, KbSearch, SearchMode, SearchQuery, SearchResult
+from ragkb_core.errors import Conflict, InvalidInput, NotFound
+from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_core.settings import LimitSettings
+from ragkb_store.db.models import KnowledgeBase
+
+SearchTestName = Literal["semantic", "keyword", "hybrid", "hybrid+rerank"]
+# The runs of a search-test: (name, mode, rerank override).
+SEARCH_TEST_RUNS: tuple[tuple[SearchTestName, SearchMode, bool], ...] = (
+    ("semantic", "semantic", False),
+    ("keyword", "keyword", False),
+    ("hybrid", "hybrid", False),
+    ("hybrid+rerank", "hybrid", True),
+)
+
+
+class SearchService:
+    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, limits: LimitSettings) -> None:
+        self._sessions = sessions
+        self._retriever = retriever
+        self._limits = limits
+
+    def search(self, request: SearchRequest, caller: Caller) -> SearchResponse:
+        self._check_query(request.query)
+        kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
+        self.require_readable_kbs(kb_ids, caller)
+        overrides = _with_top_k(request.settings, request.top_k)
+        query = self._query(
+            request.query,
+            kb_ids,
+            caller,
+            overrides=overrides,
+            filters=request.filters,
+            mode=request.mode,
+            explain=request.explain,
+        )
+        result = self._retriever.search(query)
+        return SearchResponse(query=request.query, **dict(result))
+
+    def search_test(self, kb_id: str, request: SearchTestRequest, caller: Caller) -> SearchTestResponse:
+        """Every mode side by side for one query (explain on), tracing the expected documents."""
+        self._check_query(request.query)
+        self.require_readable_kbs([kb_id], caller)
+        runs = []
+        for name, mode, rerank in SEARCH_TEST_RUNS:
+            overrides = request.settings.model_copy(update={"rerank": rerank})
+            query = self._query(
+                request.query, [kb_id], caller, overrides=overrides, filters=request.filters, mode=mode, explain=True
+            )
+            result = self._retriever.search(query)
+            traces = [trace_expected(document_id, result) for document_id in request.expected_document_ids]
+            runs.append(SearchTestRun(name=name, result=result, expected=traces))
+        return SearchTestResponse(query=request.query, knowledge_base_id=kb_id, runs=runs)
+
+    def analyze(self, request: AnalyzeRequest, caller: Caller) -> AnalyzeResult:
+        self.require_readable_kbs([request.knowledge_base_id], caller)
+        analyzer = self._kb_searches([request.knowledge_base_id])[0].analyzer
+        return self._retriever.analyze(AnalyzeQuery(analyzer=analyzer, text=request.text))
+
+    def require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
+        """Every requested KB must exist and be readable; unknown and ungranted ids get the same answer. A
+        KB being deleted answers 409, as its writes do (ensure_not_deleting in ragkb_api.knowledge_bases.service
+        says why)."""
+        readable = caller.readable(kb_ids)
+        with self._sessions() as session:
+            query = select(KnowledgeBase.id, KnowledgeBase.deletion_job_id).where(KnowledgeBase.id.in_(readable))
+            found = {kb_id: deletion_job for kb_id, deletion_job in session.execute(query)}
+        missing = [kb_id for kb_id in kb_ids if kb_id not in found]
+        if missing:
+            raise NotFound(f"knowledge bases that do not exist or are not yours: {', '.join(missing)}", missing=missing)
+        deleting = [kb_id for kb_id in kb_ids if found[kb_id] is not None]
+        if deleting:
+            raise Conflict(f"knowledge bases being deleted: {', '.join(deleting)}", deleting=deleting)
+
+    def _check_query(self, query: str) -> None:
+        if len(query) > self._limits.max_query_chars:
+            raise InvalidInput(f"the query is longer than {self._limits.max_query_chars} characters")
+
+    def _query(
+        self,
+        text: str,
+        kb_ids: list[str],
+        caller: Caller,
+        *,
+        overrides: RetrievalOverrides,
+        filters: SearchFilters,
+        mode: SearchMode | None,
+        explain: bool,
+    ) -> SearchQuery:
+        kbs = [
+            kb.model_copy(update={"retrieval": kb.retrieval.with_overrides(overrides)})
+            for kb in self._kb_searches(kb_ids)
+        ]
+        effective = [kb.retrieval for kb in kbs]
+        return SearchQuery(
+            query=text,
+            knowledge_bases=kbs,
+            mode=mode,
+            scope=search_scope(caller, filters),
+            max_blocks=min(retrieval.max_blocks for retrieval in effective),
+            doc_type_quotas=merged_quotas(effective),
+            explain=explain,
+        )
+
+    def _kb_searches(self, kb_ids: list[str]) -> list[KbSearch]:
+        """Each KB as its own settings search it: retrieval, analyzer and the model its vectors come from."""
+        with self._sessions() as session:
+            rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(kb_ids)))}
+            return [
+                KbSearch(
+                    kb_id=kb_id,
+                    retrieval=KbRetrieval.model_validate(rows[kb_id].retrieval),
+                    analyzer=KbAnalyzer.model_validate(rows[kb_id].analyzer),
+                    embedding_model=rows[kb_id].embedding_model,
+                )
+                for kb_id in kb_ids
+            ]
+
+
+def _with_top_k(overrides: RetrievalOverrides, top_k: int | None) -> RetrievalOverrides:
+    """`top_k` on a request is shorthand for passages per KB and in the answer, unless set explicitly."""
+    if top_k is None:
+        return overrides
+    changes = {field: top_k for field in ("top_k", "max_blocks") if getattr(overrides, field) is None}
+    return overrides.model_copy(update=changes)
+
+
+def merged_quotas(settings: Sequence[KbRetrieval]) -> dict[DocType, int] | None:
+    """Quotas across KBs searched together: per doc_type, the smallest any KB sets (a KB's quota is a
+    promise about how much of that type an answer may hold)."""
+    merged: dict[DocType, int] = {}
+    for retrieval in settings:
+        for doc_type, quota in (retrieval.doc_type_quotas or {}).items():
+            merged[doc_type] = min(quota, merged.get(doc_type, quota))
+    return merged or None
+
+
+def trace_expected(document_id: str, result: SearchResult) -> ExpectedDocumentTrace:
+    """Where an expected document stood in one run, from the answer, the dropped candidates and the legs."""
+    answer_rank = next((rank for rank, hit in enumerate(result.results, 1) if hit.document_id == document_id), None)
+    candidates = [hit for hit in result.results if hit.document_id == document_id]
+    dropped = [entry for entry in result.dropped or [] if entry.hit.document_id == document_id]
+    leg_ranks = {
+        leg: min(
+            (
+                entry.rank
+                for ranking in result.legs or []
+                if ranking.leg == leg
+                for entry in ranking.entries
+                if entry.document_id == document_id
+            ),
+            default=None,
+        )
+        for leg in ("dense", "keyword")
+    }
+    fused = [hit.fused_rank for hit in (*candidates, *(entry.hit for entry in dropped)) if hit.fused_rank]
+    trace = ExpectedDocumentTrace(
+        document_id=document_id,
+        answer_rank=answer_rank,
+        dense_rank=leg_ranks["dense"],
+        keyword_rank=leg_ranks["keyword"],
+        fused_rank=min(fused, default=None),
+        dropped_by=None,
+        explanation="",
+    )
+    if answer_rank is not None:
+        trace.explanation = f"in the answer at rank {answer_rank}"
+    elif dropped:
+        trace.dropped_by = dropped[0].stage
+        trace.explanation = f"retrieved, then dropped: {dropped[0].reason}"
+    elif leg_ranks["dense"] or leg_ranks["keyword"]:
+        trace.explanation = "ranked in a leg, but not among the fused candidates read"
+    else:
+        trace.explanation = "not retrieved by any leg (outside the candidates, the scope, or not in this KB)"
+    return trace

@@ -1,0 +1,1 @@
+"""Agent tools (/v1/tools/...), context assembly (/v1/context) and MCP over the same tools."""
