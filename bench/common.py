@@ -13,6 +13,8 @@ from typing import Any
 
 import httpx
 
+from ragkb_cli.api import wait_until_ended
+
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO.parent / "shared" / "data"
 RESULTS = REPO / "bench" / "results"
@@ -80,13 +82,10 @@ def find_kb(http: httpx.Client, name: str) -> dict[str, Any] | None:
 
 
 def wait_job(http: Any, job_id: str, timeout_s: float, poll_s: float = 2) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = http.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] not in ("queued", "running"):
-            return job
-        time.sleep(poll_s)
-    raise SystemExit(f"job {job_id} did not finish within {timeout_s} s")
+    job = wait_until_ended(lambda: http.get(f"/v1/jobs/{job_id}").json(), timeout_s, poll_s)
+    if job["status"] in ("queued", "running"):
+        raise SystemExit(f"job {job_id} did not finish within {timeout_s} s")
+    return job
 
 
 def delete_kb(http: Any, kb_id: str, timeout_s: float = 3600) -> None:

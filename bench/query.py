@@ -5,7 +5,7 @@
         (a running stack: admin key from RAGKB_API_KEY, service token from RAGKB_SERVICE_TOKEN; its rate limit
         must be off, RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE=0, or the concurrent run measures the limiter)
 
-Without --url it starts a private stack (bench/stack.py: deploy/launcher.py on free ports and a temporary
+Without --url it starts a private stack (ragkb_cli.stack: deploy/launcher.py on free ports and a temporary
 directory). For every scale it builds a KB of that many chunks with bench/scale.py — real SciFact passages
 scaled up by repetition with perturbation, NOT that many distinct passages — waits until the index has
 finished its background optimisation, then, per mode (semantic, keyword, hybrid, and hybrid+rerank when the
@@ -25,17 +25,20 @@ from __future__ import annotations
 
 import argparse
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
 import scale
-from common import DATA, percentile, read_jsonl, save_result
-from stack import Stack, local_stack
+from common import DATA, REPO, percentile, read_jsonl, save_result
+
+from ragkb_cli.stack import StackAddress, private_stack
 
 WARM_UP = 20
 STAGES = ("embed", "analyze", "retrieve", "rerank", "assemble")
@@ -137,7 +140,7 @@ def single_client(http: httpx.Client, searcher: Searcher, mode: Mode, queries: l
 
 
 def concurrent_clients(
-    stack: Stack, searcher: Searcher, mode: Mode, queries: list[str], *, count: int, clients: int
+    stack: StackAddress, searcher: Searcher, mode: Mode, queries: list[str], *, count: int, clients: int
 ) -> tuple[Samples, float]:
     """`clients` threads, each with its own connection, share `count` requests; returns samples and wall s."""
     samples = Samples()
@@ -169,7 +172,7 @@ def concurrent_clients(
 
 
 @contextmanager
-def api_client(stack: Stack) -> Iterator[httpx.Client]:
+def api_client(stack: StackAddress) -> Iterator[httpx.Client]:
     headers = {"Authorization": f"Bearer {stack.admin_key}"}
     with httpx.Client(base_url=stack.api_url, timeout=120, headers=headers) as http:
         yield http
@@ -191,7 +194,9 @@ def summary(samples: Samples) -> dict[str, Any]:
     }
 
 
-def measure_scale(stack: Stack, points: int, base: scale.BaseSet, args: argparse.Namespace) -> dict[str, Any]:
+def measure_scale(
+    stack: StackAddress, points: int, base: scale.BaseSet, args: argparse.Namespace
+) -> dict[str, Any]:
     queries = [query["text"] for query in read_jsonl(DATA / "scifact" / "queries.jsonl")]
     with api_client(stack) as http:
         kb_id = scale.create_kb(http, f"bench-scale-{points}")
@@ -263,16 +268,16 @@ def markdown(result: dict[str, Any]) -> str:
 
 
 @contextmanager
-def stack_for(args: argparse.Namespace) -> Iterator[Stack]:
+def stack_for(args: argparse.Namespace) -> Iterator[StackAddress]:
     if not args.url:
         print("starting a private stack (deploy/launcher.py on free ports)", flush=True)
-        with local_stack() as stack:
-            yield stack
+        with tempfile.TemporaryDirectory(prefix="ragkb-bench-") as workdir, private_stack(REPO, Path(workdir)) as stack:
+            yield stack.address
         return
     key, token = os.environ.get("RAGKB_API_KEY"), os.environ.get("RAGKB_SERVICE_TOKEN")
     if not key or not token:
         raise SystemExit("with --url set RAGKB_API_KEY (an admin key) and RAGKB_SERVICE_TOKEN (the service token)")
-    yield Stack(api_url=args.url, retriever_url=args.retriever_url, service_token=token, admin_key=key)
+    yield StackAddress(api_url=args.url, retriever_url=args.retriever_url, service_token=token, admin_key=key)
 
 
 def main() -> None:

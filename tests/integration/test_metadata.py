@@ -14,9 +14,10 @@ from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.settings import DatabaseSettings
 from ragkb_store.db.engine import build_engine, migrate_to, migrate_to_head, transaction
-from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobStatus, KnowledgeBase, utcnow
-from ragkb_store.jobs import refresh_job
-from ragkb_worker.documents import DocumentLedger
+from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, utcnow
+from ragkb_store.ledger import DocumentLedger
+from ragkb_store.progress import refresh_job
+from ragkb_store.states import DocumentStatus, JobStatus
 from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration

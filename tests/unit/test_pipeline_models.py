@@ -18,7 +18,7 @@ from ragkb_core.contracts import DocumentPoints
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_core.settings import AnalyzerSettings, LimitSettings
 from ragkb_store.blobs import BlobStore
-from ragkb_worker.documents import Claim
+from ragkb_store.ledger import Claim
 from ragkb_worker.pipeline import EmbeddingModelChanged, IngestPipeline
 
 TEXT = "Bicycles are parked in the underground garage behind gate B. The garage opens at six."

@@ -19,6 +19,8 @@ Json = dict[str, Any]
 MAX_RATE_LIMITED_TRIES = 10
 DEFAULT_RETRY_AFTER_S = 1.0
 TERMINAL_JOB_STATUSES = frozenset({"succeeded", "failed", "cancelled"})
+# A job's or a document's statuses that no longer change by themselves.
+ENDED_STATUSES = TERMINAL_JOB_STATUSES | {"done"}
 
 
 class ApiError(Exception):
@@ -76,6 +78,23 @@ def parse_sse(lines: Iterable[str]) -> Iterator[tuple[str, str]]:
             data.append(value)
     if data:
         yield event, "\n".join(data)
+
+
+def wait_until_ended(
+    read: Callable[[], Json],
+    timeout_s: float,
+    poll_interval_s: float = 1.0,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Json:
+    """Read a job or a document until it has ended (a job succeeded, failed or was cancelled; a document is
+    done or failed), or as it stands when `timeout_s` runs out: its status says which. The one wait loop the
+    CLI, the benchmarks and the end-to-end tests share."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        current = read()
+        if current.get("status") in ENDED_STATUSES or time.monotonic() >= deadline:
+            return current
+        sleep(poll_interval_s)
 
 
 class ApiClient:
@@ -194,12 +213,7 @@ class ApiClient:
 
     def wait_job(self, job_id: str, timeout_s: float, poll_interval_s: float = 1.0) -> Json:
         """The job once it has ended, or as it stands when `timeout_s` runs out (its status says which)."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            job = self.job(job_id)
-            if job.get("status") in TERMINAL_JOB_STATUSES or time.monotonic() >= deadline:
-                return job
-            self._sleep(poll_interval_s)
+        return wait_until_ended(lambda: self.job(job_id), timeout_s, poll_interval_s, self._sleep)
 
     def job_events(self, job_id: str) -> Iterator[tuple[str, Json]]:
         """The job's event stream as (event, data); raises `ApiError` or `httpx.HTTPError` when it breaks."""

@@ -1,5 +1,5 @@
 """The domain error hierarchy. HTTP maps it to problem details once (ragkb_http); the worker maps it to
-retry-or-fail once (ragkb_worker.tasks)."""
+retry-or-fail once (ragkb_worker.failures)."""
 
 from __future__ import annotations
 

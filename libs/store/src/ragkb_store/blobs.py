@@ -6,7 +6,8 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Iterable
+import time
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from ragkb_core.errors import InvalidInput, NotFound
@@ -62,7 +63,26 @@ class BlobStore:
     def delete(self, sha: str) -> None:
         self._path(sha).unlink(missing_ok=True)
 
+    def older_than(self, age_s: float) -> Iterator[str]:
+        """The digests of blobs last written more than `age_s` ago (the orphan sweep's candidates; a blob
+        just stored for an upload whose row is not committed yet is younger). Leftover temp files of writes
+        that died that long ago are removed on the way."""
+        cutoff = time.time() - age_s
+        for entry in self.root.glob(".incoming-*"):
+            if _mtime(entry) < cutoff:
+                entry.unlink(missing_ok=True)
+        for path in self.root.glob("??/??/*"):
+            if _SHA256.match(path.name) and _mtime(path) < cutoff:
+                yield path.name
+
     def _path(self, sha: str) -> Path:
         if not _SHA256.match(sha):
             raise InvalidInput("not a sha256 digest")
         return self.root / sha[:2] / sha[2:4] / sha
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:  # deleted meanwhile
+        return float("inf")

@@ -10,14 +10,12 @@ switches)."""
 from __future__ import annotations
 
 from pydantic import BaseModel
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
-from ragkb_store.db.models import Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
-from ragkb_store.jobs import REINDEX
-
-ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+from ragkb_store.db.models import Job, KnowledgeBase
+from ragkb_store.states import ACTIVE_JOB_STATUSES, JobKind
 
 
 class BuildSettings(BaseModel):
@@ -38,6 +36,8 @@ class ReindexTarget(BaseModel):
     # The documents the job started with: one deleted meanwhile may still have been written into the new
     # generation by a build already under way, so the check removes those that no longer exist.
     document_ids: list[str] = []
+    # Their source_ids (the items' keys), so that the item of a document deleted meanwhile still settles.
+    source_ids: dict[str, str] = {}
     # An operator's override: switch even when the new generation scores worse on the KB's quality-gate
     # question set (ragkb_store.quality_gate).
     skip_quality_gate: bool = False
@@ -66,18 +66,5 @@ def take_settings(kb: KnowledgeBase, settings: BuildSettings) -> None:
 
 
 def active_reindex(session: Session, kb_id: str) -> Job | None:
-    query = select(Job).where(Job.kb_id == kb_id, Job.kind == REINDEX, Job.status.in_(ACTIVE_JOB_STATUSES))
+    query = select(Job).where(Job.kb_id == kb_id, Job.kind == JobKind.REINDEX, Job.status.in_(ACTIVE_JOB_STATUSES))
     return session.scalars(query).first()
-
-
-def settle_reindex_item(
-    session: Session, job_id: str, source_id: str, message: str | None, *, only_pending: bool = True
-) -> None:
-    """Mark the document's item of the job done (no message) or failed (the reason); a document the check
-    rebuilt after a failure settles again (`only_pending=False`)."""
-    open_only = (JobItem.status == JobItemStatus.PENDING,) if only_pending else ()
-    session.execute(
-        update(JobItem)
-        .where(JobItem.job_id == job_id, JobItem.source_id == source_id, *open_only)
-        .values(status=JobItemStatus.FAILED if message else JobItemStatus.DONE, message=message, updated_at=utcnow())
-    )

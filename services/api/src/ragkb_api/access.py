@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
 from ragkb_core.contracts import DocType, MetadataValue, ScopeFilter
-from ragkb_core.errors import Forbidden, NotFound
+from ragkb_core.errors import Forbidden
+from ragkb_store.knowledge_bases import kb_not_found
+from ragkb_store.ledger import DocumentScope
 
 Role = Literal["admin", "client"]
 Permission = Literal["read", "write"]
@@ -67,11 +69,14 @@ class Caller:
     def readable(self, kb_ids: Iterable[str]) -> list[str]:
         return [kb_id for kb_id in kb_ids if self.may(kb_id, "read")]
 
-
-def kb_not_found(kb_id: str) -> NotFound:
-    """The one answer for a KB id that does not exist *and* for one the caller may not read: no byte tells
-    them apart, so a client cannot probe which ids exist."""
-    return NotFound(f"knowledge base {kb_id} does not exist or is not yours")
+    @property
+    def document_scope(self) -> DocumentScope:
+        """The documents this key may see and touch: those its search filter lets a search find."""
+        labels, doc_types = self.restriction.labels_any, self.restriction.doc_types
+        return DocumentScope(
+            labels_any=frozenset(labels) if labels is not None else None,
+            doc_types=frozenset(doc_types) if doc_types is not None else None,
+        )
 
 
 def authorize(caller: Caller, needed: str, kb_id: str | None) -> None:

@@ -13,15 +13,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.errors import RagkbError
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase, utcnow
-from ragkb_store.jobs import DELETE, KB_DELETE, fail_job, finish_if_settled
-from ragkb_store.reindexing import ACTIVE_JOB_STATUSES
+from ragkb_store.db.models import Document, Job
+from ragkb_store.ledger import DocumentLedger
+from ragkb_store.ledger.jobs import delete_document_rows, finish_kb_deletion, record_params
+from ragkb_store.progress import fail_job
+from ragkb_store.states import JobKind, JobStatus
 
 _log = logging.getLogger("ragkb.worker")
 # Documents deleted per transaction: each batch is one progress step, and short enough that uploads and
@@ -52,19 +53,18 @@ class KbDeleter:
         self, sessions: sessionmaker[Session], retriever: KbIndex, blobs: BlobStore, batch: int = DELETE_BATCH
     ) -> None:
         self._sessions = sessions
+        self._ledger = DocumentLedger(sessions)
         self._retriever = retriever
         self._blobs = blobs
         self._batch = batch
 
     def run(self, job_id: str) -> str:
-        """Delete the job's KB; "deleted", "failed" (the job says why) or "skipped" (nothing to do)."""
+        """Delete the job's KB; "deleted" or "skipped" (nothing to do). A failure raises: the task's failure
+        policy ends the job failed with the reason (fail), and DELETE again resumes it."""
         kb_id = self._running_job_kb(job_id)
         if kb_id is None:
             return "skipped"
-        try:
-            self._delete(job_id, kb_id)
-        except Exception as exc:  # every failure ends the job failed with a reason; DELETE again resumes
-            return self._fail(job_id, _reason(exc))
+        self._delete(job_id, kb_id)
         _log.info("KB %s deleted (job %s)", kb_id, job_id)
         return "deleted"
 
@@ -78,7 +78,7 @@ class KbDeleter:
     def _running_job_kb(self, job_id: str) -> str | None:
         with self._sessions() as session:
             job = session.get(Job, job_id)
-            if job is None or job.kind != KB_DELETE or job.status != JobStatus.RUNNING:
+            if job is None or job.kind != JobKind.KB_DELETE or job.status != JobStatus.RUNNING:
                 return None
             return job.kb_id
 
@@ -94,25 +94,15 @@ class KbDeleter:
         """Rows gone and their items done in one transaction, which also records their blobs to check."""
         shas = set().union(*(row.blobs for row in batch))
         with transaction(self._sessions) as session:
-            session.execute(delete(Document).where(Document.id.in_([row.document_id for row in batch])))
-            _settle_items(session, job_id, [row.source_id for row in batch])
-            _record_blobs_to_check(session, job_id, shas)
+            delete_document_rows(session, job_id, {row.document_id: row.source_id for row in batch})
+            record_params(session, job_id, **{BLOBS_TO_CHECK: sorted(shas)})
         self._delete_unreferenced(shas)
         with transaction(self._sessions) as session:
-            _record_blobs_to_check(session, job_id, set())
+            record_params(session, job_id, **{BLOBS_TO_CHECK: []})
 
     def _remove_kb(self, job_id: str, kb_id: str) -> None:
-        """The KB row, and the job done: items of documents deleted another way meanwhile count as deleted."""
         with transaction(self._sessions) as session:
-            session.execute(delete(KnowledgeBase).where(KnowledgeBase.id == kb_id))
-            _settle_items(session, job_id, None)
-            # The records of ingests that will never run (documents queued when the deletion was accepted).
-            session.execute(
-                update(Job)
-                .where(Job.kb_id == kb_id, Job.kind == "ingest", Job.status.in_(ACTIVE_JOB_STATUSES))
-                .values(status=JobStatus.CANCELLED, finished_at=utcnow(), errors=["the knowledge base was deleted"])
-            )
-            finish_if_settled(session, job_id)
+            finish_kb_deletion(session, job_id, kb_id)
 
     def _check_blobs_left_from_last_run(self, job_id: str) -> None:
         with self._sessions() as session:
@@ -120,42 +110,14 @@ class KbDeleter:
         self._delete_unreferenced(set(params.get(BLOBS_TO_CHECK, [])))
 
     def _delete_unreferenced(self, shas: set[str]) -> None:
-        """Delete those of `shas` no document uses, as its original or as its extracted text (a file uploaded
-        to two KBs is one blob: it stays while the other KB's document has it)."""
-        if not shas:
-            return
-        with self._sessions() as session:
-            used = set(session.scalars(select(Document.blob_sha256).where(Document.blob_sha256.in_(shas))))
-            used |= set(session.scalars(select(Document.text_sha256).where(Document.text_sha256.in_(shas))))
-        for sha in shas - used:
+        """A file uploaded to two KBs is one blob: it stays while the other KB's document has it."""
+        for sha in self._ledger.unreferenced_blobs(shas):
             self._blobs.delete(sha)
 
-    def _fail(self, job_id: str, message: str) -> str:
+    def fail(self, job_id: str, reason: str) -> str:
+        """End the job failed: the KB stays `deleting`, and DELETE again resumes the steps."""
+        message = f"could not delete the knowledge base: {reason}; DELETE it again to finish"
         with transaction(self._sessions) as session:
             fail_job(session, job_id, message)
         _log.warning("KB deletion job %s failed: %s", job_id, message)
         return "failed"
-
-
-def _settle_items(session: Session, job_id: str, source_ids: list[str] | None) -> None:
-    """Mark the job's open `delete` items done: those of `source_ids`, or all (None)."""
-    which = () if source_ids is None else (JobItem.source_id.in_(source_ids),)
-    session.execute(
-        update(JobItem)
-        .where(JobItem.job_id == job_id, JobItem.action == DELETE, JobItem.status == JobItemStatus.PENDING, *which)
-        .values(status=JobItemStatus.DONE, updated_at=utcnow())
-    )
-
-
-def _record_blobs_to_check(session: Session, job_id: str, shas: set[str]) -> None:
-    job = session.get_one(Job, job_id)
-    # A new dict: the JSON column notices a replaced value, not one changed in place.
-    params = {key: value for key, value in job.params.items() if key != BLOBS_TO_CHECK}
-    job.params = {**params, BLOBS_TO_CHECK: sorted(shas)} if shas else params
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, RagkbError):
-        return f"could not delete the knowledge base: {exc.detail}; DELETE it again to finish"
-    _log.error("unexpected error while deleting a knowledge base", exc_info=exc)
-    return f"could not delete the knowledge base ({type(exc).__name__}); DELETE it again to finish"

@@ -19,8 +19,8 @@ from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
 from ragkb_store.blobs import BlobStore
+from ragkb_store.ledger import Claim, DocumentLedger
 from ragkb_worker.chunking import Chunk, Chunker, Tokenizer
-from ragkb_worker.documents import Claim, DocumentLedger
 from ragkb_worker.parsing import parse
 
 _log = logging.getLogger("ragkb.worker")

@@ -23,18 +23,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_core.errors import RagkbError
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, KnowledgeBase
-from ragkb_store.jobs import REINDEX, fail_job, finish_if_settled
+from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase
+from ragkb_store.ledger import Claim, claim_of
+from ragkb_store.ledger.jobs import record_params, settle_item
+from ragkb_store.progress import fail_job, finish_if_settled
 from ragkb_store.quality_gate import QualityCheck
 from ragkb_store.reindexing import (
     BuildSettings,
     IndexState,
     ReindexTarget,
     settings_of,
-    settle_reindex_item,
     take_settings,
 )
-from ragkb_worker.documents import Claim, claim_of
+from ragkb_store.states import DocumentStatus, ItemAction, JobItemStatus, JobKind, JobStatus
 from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.quality_gate import QualityGate
 
@@ -66,34 +67,39 @@ class Reindexer:
         self._enqueue_finish = enqueue_finish
 
     def reindex_document(self, job_id: str, document_id: str) -> str:
-        """Build one document into the job's generation; settle its item; start the check after the last."""
+        """Build one document into the job's generation and settle its item; start the check after the last.
+        A failure raises: the task's failure policy retries it or fails the item (fail_document)."""
         with self._sessions() as session:
             job = session.get(Job, job_id)
             if job is None or job.status != JobStatus.RUNNING:
                 return "skipped"
             target = ReindexTarget.model_validate(job.params)
             claim = _live_claim(session, document_id, target.settings)
-        message = None
         if claim is not None:
-            try:
-                self._pipeline.build_into(claim, target.generation)
-            except Exception as exc:  # a failed document fails its item; the job goes on
-                _log.warning("re-index of %s failed: %s", document_id, exc)
-                message = getattr(exc, "detail", None) or f"{type(exc).__name__}: {exc}"
+            self._pipeline.build_into(claim, target.generation)
+        self._settle_item(job_id, document_id, None)
+        return "done"
+
+    def fail_document(self, job_id: str, document_id: str, reason: str) -> str:
+        """The document's item failed with the reason; the job goes on (the check catches it up or says so)."""
+        _log.warning("re-index of %s failed: %s", document_id, reason)
+        self._settle_item(job_id, document_id, reason)
+        return "failed"
+
+    def _settle_item(self, job_id: str, document_id: str, message: str | None) -> None:
         with transaction(self._sessions) as session:
-            source_id = claim.source_id if claim else _source_of(session, job_id, document_id)
-            settle_reindex_item(session, job_id, source_id, message)
+            source_id = _source_of(session, job_id, document_id)
+            settle_item(session, job_id, source_id, ItemAction.REINDEX, message)
             left = _open_items(session, job_id)
         if left == 0:
             self._enqueue_finish(job_id)
-        return "failed" if message else "done"
 
     def finish(self, job_id: str) -> str:
         """Catch up, check (every document, then the quality gate), switch. Idempotent: a finished job is
         left alone."""
         with self._sessions() as session:
             job = session.get(Job, job_id)
-            if job is None or job.status != JobStatus.RUNNING or job.kind != REINDEX or job.kb_id is None:
+            if job is None or job.status != JobStatus.RUNNING or job.kind != JobKind.REINDEX or job.kb_id is None:
                 return "skipped"
             kb_id, target = job.kb_id, ReindexTarget.model_validate(job.params)
         missing = self._catch_up(job_id, kb_id, target)
@@ -146,7 +152,7 @@ class Reindexer:
             _log.warning("re-index catch-up of %s failed: %s", document.source_id, exc)
             return
         with transaction(self._sessions) as session:
-            settle_reindex_item(session, job_id, document.source_id, None, only_pending=False)
+            settle_item(session, job_id, document.source_id, ItemAction.REINDEX, None, only_open=False)
 
     def _holds(self, kb_id: str, target: ReindexTarget, document: LiveDocument) -> bool:
         """The new generation holds the document at its live version (and, after this, no other version)."""
@@ -178,9 +184,7 @@ class Reindexer:
 
     def _record_check(self, job_id: str, check: QualityCheck) -> None:
         with transaction(self._sessions) as session:
-            job = session.get_one(Job, job_id)
-            # A new dict: the JSON column notices a replaced value, not one changed in place.
-            job.params = {**job.params, "quality_check": check.model_dump(mode="json")}
+            record_params(session, job_id, quality_check=check.model_dump(mode="json"))
         if check.skipped is None:
             _log.info("re-index job %s: nDCG@10 %s → %s", job_id, check.old_ndcg_at_10, check.new_ndcg_at_10)
 
@@ -188,6 +192,10 @@ class Reindexer:
         for generation in self._retriever.generations(kb_id).all:
             if generation not in keep:
                 self._retriever.drop_generation(kb_id, generation)
+
+    def fail(self, job_id: str, message: str) -> str:
+        """End the job failed with the reason; the old generation keeps serving."""
+        return self._fail(job_id, message)
 
     def _fail(self, job_id: str, message: str) -> str:
         with transaction(self._sessions) as session:
@@ -210,11 +218,12 @@ def _live_claim(session: Session, document_id: str, settings: BuildSettings) -> 
 
 
 def _source_of(session: Session, job_id: str, document_id: str) -> str:
+    """The source_id the job's item of this document is keyed by, also when the document is gone."""
     document = session.get(Document, document_id)
     if document is not None:
         return document.source_id
-    item = session.scalars(select(JobItem).where(JobItem.job_id == job_id)).first()
-    return item.source_id if item else document_id
+    target = ReindexTarget.model_validate(session.get_one(Job, job_id).params)
+    return target.source_ids.get(document_id, document_id)
 
 
 def _open_items(session: Session, job_id: str) -> int:

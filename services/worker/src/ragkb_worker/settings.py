@@ -30,6 +30,10 @@ class TaskSettings(BaseModel):
     sweep_interval_s: int = Field(default=30, ge=1)
     # A pending document older than this without a claim lost its queue message: queue it again.
     pending_requeue_after_s: int = Field(default=300, ge=1)
+    # Originals and extracted texts no document uses (an upload that died between storing its original and
+    # recording it) are deleted once they are this old, checked this often.
+    orphan_blob_age_s: int = Field(default=3600, ge=60)
+    orphan_blob_sweep_interval_s: int = Field(default=3600, ge=1)
     # Task processes. One per core: a document spends much of its time outside the embedder (parsing, the
     # database, the retriever's HTTP write), so a second process on 2 cores took ingestion of short documents
     # from ~3.5 to ~8 documents/s (bench/ingest.py). Each process holds its own copy of the embedder.

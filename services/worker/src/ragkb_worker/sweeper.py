@@ -4,23 +4,36 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 from celery import Celery
 from redis import Redis
 
+from ragkb_store.blobs import BlobStore
+from ragkb_store.ledger import DocumentLedger
 from ragkb_store.queue import INGEST_QUEUE, enqueue_ingest
-from ragkb_worker.documents import DocumentLedger
 from ragkb_worker.settings import TaskSettings
 
 _log = logging.getLogger("ragkb.worker.sweeper")
+# Blobs checked against the database per query.
+_BLOB_BATCH = 500
 
 
 class Sweeper:
     def __init__(
-        self, ledger: DocumentLedger, queue: Celery, redis: Redis, settings: TaskSettings, upload_wait_s: float
+        self,
+        *,
+        ledger: DocumentLedger,
+        blobs: BlobStore,
+        queue: Celery,
+        redis: Redis,
+        settings: TaskSettings,
+        upload_wait_s: float,
     ) -> None:
         self._ledger = ledger
+        self._blobs = blobs
+        self._next_blob_sweep = 0.0
         self._upload_wait_s = upload_wait_s
         self._queue = queue
         self._redis = redis
@@ -42,6 +55,19 @@ class Sweeper:
             _log.info("finished %d jobs past their deadline: %s", len(finished), ", ".join(finished[:10]))
         return requeued
 
+    def sweep_orphan_blobs(self) -> int:
+        """Delete the stored originals and texts that no document uses and that are old enough not to belong
+        to an upload still being recorded; how many went."""
+        candidates = list(self._blobs.older_than(self._settings.orphan_blob_age_s))
+        orphans: set[str] = set()
+        for start in range(0, len(candidates), _BLOB_BATCH):
+            orphans |= self._ledger.unreferenced_blobs(set(candidates[start : start + _BLOB_BATCH]))
+        for sha in orphans:
+            self._blobs.delete(sha)
+        if orphans:
+            _log.info("deleted %d stored files no document uses", len(orphans))
+        return len(orphans)
+
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self._loop, name="ragkb-sweeper", daemon=True)
         thread.start()
@@ -54,9 +80,15 @@ class Sweeper:
         while not self._stop.is_set():
             try:
                 self.sweep_once()
+                self._sweep_blobs_when_due()
             except Exception:  # the sweeper must outlive a database or broker hiccup
                 _log.exception("sweep failed; will try again")
             self._stop.wait(self._settings.sweep_interval_s)
+
+    def _sweep_blobs_when_due(self) -> None:
+        if time.monotonic() >= self._next_blob_sweep:
+            self._next_blob_sweep = time.monotonic() + self._settings.orphan_blob_sweep_interval_s
+            self.sweep_orphan_blobs()
 
     def _queue_is_empty(self) -> bool:
         return int(self._redis.llen(INGEST_QUEUE)) == 0

@@ -3,37 +3,16 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Any, ClassVar
 
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from ragkb_store.states import DocumentStatus, JobItemStatus, JobStatus
+
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-class DocumentStatus(StrEnum):
-    PENDING = "pending"
-    PROCESSING = "processing"
-    DONE = "done"
-    FAILED = "failed"
-
-
-class JobStatus(StrEnum):
-    QUEUED = "queued"
-    RUNNING = "running"
-    SUCCEEDED = "succeeded"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
-
-
-class JobItemStatus(StrEnum):
-    PENDING = "pending"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"
 
 
 class Base(DeclarativeBase):
@@ -57,7 +36,7 @@ class KnowledgeBase(Base):
     sync: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # ragkb_store.reindexing.IndexState as JSON: the live and previous generation and what they were built with.
     index_state: Mapped[dict[str, Any]] = mapped_column(default=dict)
-    # The `kb_delete` job that removes this KB (ragkb_store.jobs.KB_DELETE): set when the deletion is accepted,
+    # The `kb_delete` job that removes this KB (JobKind.KB_DELETE): set when the deletion is accepted,
     # and from then on the KB is `deleting` (no uploads, syncs, re-indexes or searches) until the job deletes
     # the row. It stays set if that job fails: a KB whose index may be gone must not take writes again.
     deletion_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)

@@ -1,4 +1,4 @@
-""""""
+"""Routes of a KB's documents: upload (multipart or JSON), batch upload, list, read, change, retry, delete."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from litestar.datastructures import UploadFile
 from litestar.params import Parameter
 from pydantic import ValidationError
 
+from ragkb_api.access import Caller
 from ragkb_api.documents.schemas import (
     BatchAccepted,
     DocumentAccepted,
@@ -44,11 +45,11 @@ class DocumentController(Controller):
 
     @post("/", status_code=202, summary="Upload a document", description=UPLOAD_DESCRIPTION, opt=access("write"))
     async def upload(
-        self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService
+        self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService, caller: Caller
     ) -> DocumentAccepted:
         fields, upload = await _read_upload(request)
         # Hashing, writing the blob and the database are blocking: keep them off the event loop.
-        return await run_sync(document_service.accept, kb_id, fields, upload)
+        return await run_sync(document_service.accept, kb_id, fields, upload, caller)
 
     @post(
         "/batch",
@@ -58,7 +59,7 @@ class DocumentController(Controller):
         opt=access("write"),
     )
     async def upload_batch(
-        self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService
+        self, kb_id: str, request: Request[Any, Any, Any], document_service: DocumentService, caller: Caller
     ) -> BatchAccepted:
         if request.content_type[0] != "application/json":
             raise UnsupportedMediaType(
@@ -67,16 +68,17 @@ class DocumentController(Controller):
             )
         batch = _validate(TextDocumentBatch, _json_body(await request.body()), "the batch is not valid")
         items = [_prepared_or_error(raw) for raw in batch.documents]
-        return await run_sync(document_service.accept_batch, kb_id, items)
+        return await run_sync(document_service.accept_batch, kb_id, items, caller)
 
     @get("/", sync_to_thread=True, summary="List documents, optionally by status", opt=access("read"))
     def list_all(
         self,
         kb_id: str,
         document_service: DocumentService,
+        caller: Caller,
         status: Annotated[StatusFilter | None, Parameter(query="status")] = None,
     ) -> list[DocumentOut]:
-        return document_service.list(kb_id, status)
+        return document_service.list(kb_id, status, caller)
 
     @get(
         "/{document_id:str}",
@@ -84,8 +86,8 @@ class DocumentController(Controller):
         summary="Get a document's status, version and timings",
         opt=access("read"),
     )
-    def get_one(self, kb_id: str, document_id: str, document_service: DocumentService) -> DocumentOut:
-        return document_service.get(kb_id, document_id)
+    def get_one(self, kb_id: str, document_id: str, document_service: DocumentService, caller: Caller) -> DocumentOut:
+        return document_service.get(kb_id, document_id, caller)
 
     @patch(
         "/{document_id:str}",
@@ -94,9 +96,9 @@ class DocumentController(Controller):
         opt=access("write"),
     )
     def update(
-        self, kb_id: str, document_id: str, data: DocumentPatch, document_service: DocumentService
+        self, kb_id: str, document_id: str, data: DocumentPatch, document_service: DocumentService, caller: Caller
     ) -> DocumentOut:
-        return document_service.update(kb_id, document_id, data)
+        return document_service.update(kb_id, document_id, data, caller)
 
     @post(
         "/{document_id:str}/retry",
@@ -105,8 +107,8 @@ class DocumentController(Controller):
         summary="Queue a failed document again",
         opt=access("write"),
     )
-    def retry(self, kb_id: str, document_id: str, document_service: DocumentService) -> DocumentOut:
-        return document_service.retry(kb_id, document_id)
+    def retry(self, kb_id: str, document_id: str, document_service: DocumentService, caller: Caller) -> DocumentOut:
+        return document_service.retry(kb_id, document_id, caller)
 
     @delete(
         "/{document_id:str}",
@@ -115,8 +117,8 @@ class DocumentController(Controller):
         summary="Delete a document and its chunks",
         opt=access("write"),
     )
-    def remove(self, kb_id: str, document_id: str, document_service: DocumentService) -> None:
-        document_service.delete(kb_id, document_id)
+    def remove(self, kb_id: str, document_id: str, document_service: DocumentService, caller: Caller) -> None:
+        document_service.delete(kb_id, document_id, caller)
 
 
 async def _read_upload(request: Request[Any, Any, Any]) -> tuple[DocumentFields, Upload]:

@@ -7,7 +7,7 @@ from typing import Any
 from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
-from ragkb_api.fields import MAX_LABEL_CHARS, MAX_LABELS, UtcDateTime
+from ragkb_api.fields import MAX_LABEL_CHARS, MAX_LABELS, DocumentMetadata, UtcDateTime
 from ragkb_core.contracts import DocType
 
 
@@ -17,7 +17,7 @@ class DocumentFields(BaseModel):
     source_id: str | None = Field(default=None, min_length=1, max_length=1024)
     title: str | None = Field(default=None, max_length=1024)
     labels: list[str] = Field(default_factory=list, max_length=MAX_LABELS)
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: DocumentMetadata = Field(default_factory=dict)
     doc_type: DocType = "knowledge"
 
     @field_validator("labels")
@@ -38,7 +38,7 @@ class DocumentPatch(BaseModel):
     title: str | None = Field(default=None, min_length=1, max_length=1024)
     source_id: str | None = Field(default=None, min_length=1, max_length=1024)
     labels: list[str] | None = Field(default=None, max_length=MAX_LABELS)
-    metadata: dict[str, Any] | None = None
+    metadata: DocumentMetadata | None = None
 
     @field_validator("labels")
     @classmethod

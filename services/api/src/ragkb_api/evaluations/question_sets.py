@@ -6,7 +6,6 @@ from sqlalchemy import func, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_api.access import kb_not_found
 from ragkb_api.evaluations.beir import (
     JudgedQuestions,
     Question,
@@ -27,8 +26,9 @@ from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.ids import new_id
 from ragkb_core.settings import LimitSettings
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Judgement, KnowledgeBase, QuestionSet
+from ragkb_store.db.models import Judgement, QuestionSet
 from ragkb_store.db.models import Question as QuestionRow
+from ragkb_store.knowledge_bases import load_kb
 
 # Rows per INSERT statement: well under SQLite's and PostgreSQL's bound-parameter limits.
 INSERT_BATCH = 2000
@@ -55,7 +55,7 @@ class QuestionSetService:
         set_id = new_id()
         try:
             with transaction(self._sessions) as session:
-                _load_kb(session, kb_id)
+                load_kb(session, kb_id)
                 _ensure_name_free(session, kb_id, name)
                 if quality_gate:
                     _clear_gate(session, kb_id)
@@ -68,7 +68,7 @@ class QuestionSetService:
 
     def list(self, kb_id: str) -> list[QuestionSetOut]:
         with self._sessions() as session:
-            _load_kb(session, kb_id)
+            load_kb(session, kb_id)
             sets = session.scalars(
                 select(QuestionSet).where(QuestionSet.kb_id == kb_id).order_by(QuestionSet.created_at)
             ).all()
@@ -176,13 +176,6 @@ def _ensure_name_free(session: Session, kb_id: str, name: str) -> None:
     taken = session.scalar(select(QuestionSet.id).where(QuestionSet.kb_id == kb_id, QuestionSet.name == name))
     if taken is not None:
         raise Conflict(f"knowledge base {kb_id} already has a question set named {name!r}")
-
-
-def _load_kb(session: Session, kb_id: str) -> KnowledgeBase:
-    kb = session.get(KnowledgeBase, kb_id)
-    if kb is None:
-        raise kb_not_found(kb_id)
-    return kb
 
 
 def _load_set(session: Session, kb_id: str, set_id: str) -> QuestionSet:

@@ -7,22 +7,21 @@ from __future__ import annotations
 import logging
 
 from celery import Celery
-from sqlalchemy import select, update
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.jobs.schemas import ReindexRequest
-from ragkb_api.jobs.service import job_item, running_job
-from ragkb_api.knowledge_bases.service import load_writable_kb
 from ragkb_core.errors import Conflict
-from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, KnowledgeBase, utcnow
-from ragkb_store.jobs import REINDEX
+from ragkb_store.db.models import Document, KnowledgeBase
+from ragkb_store.knowledge_bases import ensure_not_deleting, lock_kb
+from ragkb_store.ledger.jobs import add_items, start_job
 from ragkb_store.queue import enqueue_finish_reindex, enqueue_reindex_document
 from ragkb_store.reindexing import BuildSettings, IndexState, ReindexTarget, active_reindex, settings_of, take_settings
+from ragkb_store.states import ItemAction, JobKind
 
 _log = logging.getLogger("ragkb.api")
 
@@ -38,7 +37,6 @@ class ReindexService:
 
     def start(self, kb_id: str, request: ReindexRequest) -> str:
         """Start a re-index job (one per KB at a time); returns its id."""
-        job_id = new_id()
         with transaction(self._sessions) as session:
             kb = _locked_kb(session, kb_id)
             if (running := active_reindex(session, kb_id)) is not None:
@@ -59,11 +57,11 @@ class ReindexService:
                 generation=generation,
                 settings=settings,
                 document_ids=[document_id for document_id, _ in documents],
+                source_ids=dict(documents),
                 skip_quality_gate=request.skip_quality_gate,
             )
-            session.add(running_job(job_id, REINDEX, kb_id, utcnow(), params=target.model_dump(mode="json")))
-            session.flush()
-            session.add_all(job_item(job_id, kb_id, source_id, REINDEX) for _, source_id in documents)
+            job_id = start_job(session, JobKind.REINDEX, kb_id, params=target.model_dump(mode="json"))
+            add_items(session, job_id, kb_id, ItemAction.REINDEX, [source_id for _, source_id in documents])
         if not documents:
             enqueue_finish_reindex(self._queue, job_id)
         for document_id, _ in documents:
@@ -87,10 +85,10 @@ class ReindexService:
 
 
 def _locked_kb(session: Session, kb_id: str) -> KnowledgeBase:
-    """The KB row, written first so that concurrent re-index, rollback and delete calls on it run one at a
-    time; a KB being deleted is refused (409)."""
-    session.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(updated_at=utcnow()))
-    return load_writable_kb(session, kb_id)
+    """The KB row, locked (ragkb_store.knowledge_bases.lock_kb); a KB being deleted is refused (409)."""
+    kb = lock_kb(session, kb_id)
+    ensure_not_deleting(kb)
+    return kb
 
 
 def _indexed_documents(session: Session, kb_id: str) -> list[tuple[str, str]]:

@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Annotated, Any
 
 import anyio
 from anyio.to_thread import run_sync
 from litestar import Controller, get, post
+from litestar.params import Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from ragkb_api.access import Caller
 from ragkb_api.jobs.reindex import ReindexService
 from ragkb_api.jobs.schemas import JobOut, ReindexRequest, SyncPlanOut, SyncRequest
-from ragkb_api.jobs.service import JobService, JobSnapshot
+from ragkb_api.jobs.service import MAX_JOBS_LISTED, RECENT_JOBS, JobService, JobSnapshot
 from ragkb_api.knowledge_bases.schemas import KnowledgeBaseOut
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
 from ragkb_core.errors import RagkbError
 from ragkb_http import access
+from ragkb_store.states import JobKind
 
 # How often an event stream looks at its job: the database is polled (progress is written by other processes).
 POLL_INTERVAL_S = 0.4
@@ -52,8 +54,8 @@ class KnowledgeBaseJobController(Controller):
         description=SYNC_DESCRIPTION,
         opt=access("write"),
     )
-    def sync(self, kb_id: str, data: SyncRequest, job_service: JobService) -> SyncPlanOut:
-        return job_service.sync(kb_id, data)
+    def sync(self, kb_id: str, data: SyncRequest, job_service: JobService, caller: Caller) -> SyncPlanOut:
+        return job_service.sync(kb_id, data, caller)
 
     @post(
         "/retry-failed",
@@ -62,8 +64,8 @@ class KnowledgeBaseJobController(Controller):
         summary="Queue every failed document again, as one job",
         opt=access("write"),
     )
-    def retry_failed(self, kb_id: str, job_service: JobService) -> JobOut:
-        return job_service.retry_failed(kb_id)
+    def retry_failed(self, kb_id: str, job_service: JobService, caller: Caller) -> JobOut:
+        return job_service.retry_failed(kb_id, caller)
 
     @post(
         "/reindex",
@@ -97,9 +99,21 @@ class KnowledgeBaseJobController(Controller):
         reindex_service.rollback(kb_id)
         return kb_service.get(kb_id)
 
-    @get("/jobs", sync_to_thread=True, summary="Recent jobs of a knowledge base", opt=access("read"))
-    def list_jobs(self, kb_id: str, job_service: JobService) -> list[JobOut]:
-        return job_service.list_for_kb(kb_id)
+    @get(
+        "/jobs",
+        sync_to_thread=True,
+        summary="Recent jobs of a knowledge base (every kind but ingest runs, unless `kind` asks for them)",
+        opt=access("read"),
+    )
+    def list_jobs(
+        self,
+        kb_id: str,
+        job_service: JobService,
+        caller: Caller,
+        kind: Annotated[JobKind | None, Parameter(query="kind")] = None,
+        limit: Annotated[int, Parameter(query="limit", ge=1, le=MAX_JOBS_LISTED)] = RECENT_JOBS,
+    ) -> list[JobOut]:
+        return job_service.list_for_kb(kb_id, caller, kind, limit)
 
 
 class JobController(Controller):

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field, StringConstraints, field_validator
 from ragkb_api.fields import UtcDateTime
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_store.quality_gate import QualityCheck
+from ragkb_store.states import JobKind, JobStatus
 
 MAX_MANIFEST_FILES = 100_000
 Sha256Hex = Annotated[str, StringConstraints(pattern=r"^[0-9a-fA-F]{64}$", to_lower=True)]
@@ -94,9 +95,11 @@ class JobError(BaseModel):
 
 class JobOut(BaseModel):
     id: str
-    kind: str
+    kind: JobKind
     knowledge_base_id: str | None
-    status: Literal["queued", "running", "succeeded", "failed", "cancelled"]
+    # The document an `ingest` job ran through the pipeline (None for every other kind).
+    document_id: str | None = None
+    status: JobStatus
     progress: JobProgress
     counts: JobCounts
     errors: list[JobError]

@@ -4,13 +4,12 @@ snapshots their event stream is made of.
 
 A sync deletes its orphans synchronously, within the call (each one a `deleted` item of the job, done or
 failed by the time the plan is answered); its uploads are items the job waits for until their documents
-are indexed or failed (ragkb_store.jobs)."""
+are indexed or failed (ragkb_store.progress)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
 
 from celery import Celery
 from sqlalchemy import select
@@ -31,19 +30,22 @@ from ragkb_api.jobs.schemas import (
     SyncUpload,
 )
 from ragkb_api.jobs.sync import ManifestEntry, StoredDocument, SyncPlan, SyncRules, plan_sync
-from ragkb_api.knowledge_bases.service import load_kb, load_writable_kb
 from ragkb_core.errors import Conflict, Forbidden, NotFound, RagkbError
-from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbSync
 from ragkb_core.settings import JobSettings
-from ragkb_store import jobs as progress
+from ragkb_store import progress
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, utcnow
+from ragkb_store.db.models import Document, Job, JobItem
+from ragkb_store.knowledge_bases import load_kb, load_writable_kb
+from ragkb_store.ledger import EVERY_DOCUMENT
+from ragkb_store.ledger.jobs import add_failed_item, add_items, requeue_failed_documents, settle_item, start_job
 from ragkb_store.quality_gate import QualityCheck
 from ragkb_store.queue import enqueue_ingest
+from ragkb_store.states import FINISHED_JOB_STATUSES, ItemAction, JobKind
 
 _log = logging.getLogger("ragkb.api.jobs")
 RECENT_JOBS = 50
+MAX_JOBS_LISTED = 500
 
 
 @dataclass(frozen=True)
@@ -75,11 +77,13 @@ class JobService:
 
     # -- sync --------------------------------------------------------------------------------------------
 
-    def sync(self, kb_id: str, request: SyncRequest) -> SyncPlanOut:
+    def sync(self, kb_id: str, request: SyncRequest, caller: Caller) -> SyncPlanOut:
+        """Plan the KB's documents against the manifest. A key with a search filter syncs the documents inside
+        it: one outside is neither compared nor deleted as an orphan."""
         with self._sessions() as session:
             kb = load_writable_kb(session, kb_id)
             rules = SyncRules.of(KbSync.model_validate(kb.sync))
-            stored = _stored_documents(session, kb_id)
+            stored = _stored_documents(session, kb_id, caller)
         manifest = [ManifestEntry(file.source_id, file.sha256) for file in request.files]
         plan = plan_sync(manifest, stored, rules)
         if request.dry_run:
@@ -87,61 +91,41 @@ class JobService:
         versions = {document.source_id: document.version for document in stored}
         shas = {entry.source_id: entry.sha256 for entry in manifest}
         job_id = self._record_sync_job(kb_id, plan, shas, versions)
-        self._delete_orphans(kb_id, job_id, plan.delete)
+        self._delete_orphans(kb_id, job_id, plan.delete, caller)
         with transaction(self._sessions) as session:
             progress.refresh_job(session, session.get_one(Job, job_id), self._settings.upload_wait_s)
         return _plan_out(plan, job_id)
 
     def _record_sync_job(self, kb_id: str, plan: SyncPlan, shas: dict[str, str], versions: dict[str, int]) -> str:
-        job_id = new_id()
-        now = utcnow()
         with transaction(self._sessions) as session:
-            session.add(running_job(job_id, "sync", kb_id, now, unchanged=len(plan.unchanged)))
-            session.flush()
-            for source_id, _ in plan.upload:
-                sha, base = shas[source_id], versions.get(source_id)
-                session.add(job_item(job_id, kb_id, source_id, progress.UPLOAD, sha=sha, base=base))
-            for source_id, _ in plan.delete:
-                session.add(job_item(job_id, kb_id, source_id, progress.DELETE))
+            job_id = start_job(session, JobKind.SYNC, kb_id, unchanged=len(plan.unchanged))
+            uploads = [source_id for source_id, _ in plan.upload]
+            add_items(session, job_id, kb_id, ItemAction.UPLOAD, uploads, shas=shas, base_versions=versions)
+            add_items(session, job_id, kb_id, ItemAction.DELETE, [source_id for source_id, _ in plan.delete])
             for source_id, message in plan.errors:
-                session.add(
-                    job_item(job_id, kb_id, source_id, progress.CHECK, status=JobItemStatus.FAILED, message=message)
-                )
+                add_failed_item(session, job_id, kb_id, source_id, action=ItemAction.CHECK, message=message)
         return job_id
 
-    def _delete_orphans(self, kb_id: str, job_id: str, orphans: list[tuple[str, str]]) -> None:
+    def _delete_orphans(self, kb_id: str, job_id: str, orphans: list[tuple[str, str]], caller: Caller) -> None:
         for source_id, document_id in orphans:
-            status, message = JobItemStatus.DONE, None
+            message = None
             try:
-                self._documents.delete(kb_id, document_id)
+                self._documents.delete(kb_id, document_id, caller)
             except NotFound:
                 pass  # deleted meanwhile: what the sync wanted
             except RagkbError as exc:
-                status, message = JobItemStatus.FAILED, f"could not delete: {exc.detail}"
+                message = f"could not delete: {exc.detail}"
             with transaction(self._sessions) as session:
-                item = session.scalars(
-                    select(JobItem).where(
-                        JobItem.job_id == job_id, JobItem.source_id == source_id, JobItem.action == progress.DELETE
-                    )
-                ).one()
-                item.status, item.message, item.updated_at = status, message, utcnow()
+                settle_item(session, job_id, source_id, ItemAction.DELETE, message)
 
     # -- retry ---------------------------------------------------------------------------------------------
 
-    def retry_failed(self, kb_id: str) -> JobOut:
+    def retry_failed(self, kb_id: str, caller: Caller) -> JobOut:
         """Queue every failed document of the KB again, from its stored original, as one job."""
-        job_id = new_id()
         with transaction(self._sessions) as session:
             load_writable_kb(session, kb_id)
-            session.add(running_job(job_id, "retry", kb_id, utcnow()))
-            session.flush()
-            failed = session.scalars(
-                select(Document).where(Document.kb_id == kb_id, Document.status == DocumentStatus.FAILED)
-            ).all()
-            for document in failed:
-                _requeue(session, document)
-                session.add(job_item(job_id, kb_id, document.source_id, progress.RETRY, sha=document.blob_sha256))
-            document_ids = [document.id for document in failed]
+            job_id = start_job(session, JobKind.RETRY, kb_id)
+            document_ids = requeue_failed_documents(session, job_id, kb_id, caller.document_scope)
         for document_id in document_ids:
             self._enqueue(document_id)
         with transaction(self._sessions) as session:
@@ -157,12 +141,17 @@ class JobService:
             progress.refresh_job(session, job, self._settings.upload_wait_s)
             return _job_out(session, job)
 
-    def list_for_kb(self, kb_id: str) -> list[JobOut]:
-        """The KB's recent jobs, newest first (one-document ingest jobs are the documents' own business)."""
+    def list_for_kb(
+        self, kb_id: str, caller: Caller, kind: JobKind | None = None, limit: int = RECENT_JOBS
+    ) -> list[JobOut]:
+        """The KB's recent jobs, newest first: of one kind, or every kind but the one-document `ingest` runs
+        (those are listed when asked for: one per version of each document, and only of the documents the
+        caller's search filter lets it see)."""
+        kinds = Job.kind == kind if kind is not None else Job.kind != JobKind.INGEST
         with transaction(self._sessions) as session:
             load_kb(session, kb_id)
-            query = select(Job).where(Job.kb_id == kb_id, Job.kind != "ingest").order_by(Job.created_at.desc())
-            jobs = session.scalars(query.limit(RECENT_JOBS)).all()
+            query = select(Job).where(Job.kb_id == kb_id, kinds).order_by(Job.created_at.desc(), Job.id)
+            jobs = [job for job in session.scalars(query.limit(limit)) if _visible(session, job, caller)]
             for job in jobs:
                 progress.refresh_job(session, job, self._settings.upload_wait_s)
             return [_job_out(session, job) for job in jobs]
@@ -170,7 +159,7 @@ class JobService:
     def cancel(self, job_id: str, caller: Caller) -> JobOut:
         with transaction(self._sessions) as session:
             job = _load_job(session, job_id, caller, "write")
-            if job.kind == progress.KB_DELETE and job.status not in progress.FINISHED_JOB_STATUSES:
+            if job.kind == JobKind.KB_DELETE and job.status not in FINISHED_JOB_STATUSES:
                 # Its first step drops the index: there is no KB to go back to, only DELETE again to finish.
                 raise Conflict(
                     "a knowledge-base deletion cannot be cancelled (its index is dropped first); "
@@ -195,7 +184,7 @@ class JobService:
             progress.refresh_job(session, job, self._settings.upload_wait_s)
             new = [_settled(item) for item in progress.settled_items(session, job_id) if item.id not in reported]
             reported.update(item.id for item in new)
-            return JobSnapshot(_job_out(session, job), new, job.status in progress.FINISHED_JOB_STATUSES)
+            return JobSnapshot(_job_out(session, job), new, job.status in FINISHED_JOB_STATUSES)
 
     def _enqueue(self, document_id: str) -> None:
         try:
@@ -216,63 +205,32 @@ def _load_job(session: Session, job_id: str, caller: Caller, permission: Permiss
     return job
 
 
-def _stored_documents(session: Session, kb_id: str) -> list[StoredDocument]:
+def _visible(session: Session, job: Job, caller: Caller) -> bool:
+    """A document's run is shown to a key whose filter lets it see the document (or that has no filter)."""
+    if job.document_id is None or caller.document_scope == EVERY_DOCUMENT:
+        return True
+    document = session.get(Document, job.document_id)
+    return document is not None and caller.document_scope.admits(document.labels, document.doc_type)
+
+
+def _stored_documents(session: Session, kb_id: str, caller: Caller) -> list[StoredDocument]:
+    scope = caller.document_scope
     rows = session.execute(
-        select(Document.id, Document.source_id, Document.blob_sha256, Document.status, Document.version).where(
-            Document.kb_id == kb_id
-        )
+        select(
+            Document.id,
+            Document.source_id,
+            Document.blob_sha256,
+            Document.status,
+            Document.version,
+            Document.labels,
+            Document.doc_type,
+        ).where(Document.kb_id == kb_id)
     )
-    return [StoredDocument(*row) for row in rows]
-
-
-def running_job(
-    job_id: str, kind: str, kb_id: str, now: Any, *, unchanged: int = 0, params: dict[str, Any] | None = None
-) -> Job:
-    """A job that starts now (sync, retry, re-index, KB deletion); `params` is what it was asked to do."""
-    return Job(
-        id=job_id,
-        kind=kind,
-        kb_id=kb_id,
-        status=JobStatus.RUNNING,
-        params=params or {},
-        counts={"unchanged": unchanged},
-        errors=[],
-        created_at=now,
-        started_at=now,
-    )
-
-
-def job_item(
-    job_id: str,
-    kb_id: str,
-    source_id: str,
-    action: str,
-    *,
-    sha: str | None = None,
-    base: int | None = None,
-    status: JobItemStatus = JobItemStatus.PENDING,
-    message: str | None = None,
-) -> JobItem:
-    return JobItem(
-        job_id=job_id,
-        kb_id=kb_id,
-        source_id=source_id,
-        action=action,
-        sha256=sha,
-        base_version=base,
-        status=status,
-        message=message,
-        updated_at=utcnow(),
-    )
-
-
-def _requeue(session: Session, document: Document) -> None:
-    document.status = DocumentStatus.PENDING
-    document.error = None
-    document.attempts = 0
-    document.lease_until = None
-    # The operator's record of this run, like a single retry's.
-    session.add(Job(id=new_id(), kind="ingest", kb_id=document.kb_id, document_id=document.id, status=JobStatus.QUEUED))
+    return [
+        StoredDocument(document_id, source_id, sha, status, version)
+        for document_id, source_id, sha, status, version, labels, doc_type in rows
+        if scope.admits(labels, doc_type)
+    ]
 
 
 def _settled(item: JobItem) -> SettledItem:
@@ -295,7 +253,7 @@ def _plan_out(plan: SyncPlan, job_id: str | None) -> SyncPlanOut:
 
 
 def _job_out(session: Session, job: Job) -> JobOut:
-    if job.kind == "ingest":  # one document's run: no items, its own record
+    if job.kind == JobKind.INGEST:  # one document's run: no items, its own record
         counts, errors = (
             JobCounts(**{k: v for k, v in job.counts.items() if k in JobCounts.model_fields}),
             [JobError(source_id=None, message=str(error)) for error in job.errors],
@@ -311,6 +269,7 @@ def _job_out(session: Session, job: Job) -> JobOut:
         id=job.id,
         kind=job.kind,
         knowledge_base_id=job.kb_id,
+        document_id=job.document_id,
         status=job.status,
         progress=JobProgress(current=current, total=total),
         counts=counts,

@@ -19,7 +19,7 @@ import regex
 
 from ragkb_core.errors import InvalidInput
 from ragkb_core.kb_settings import KbSync
-from ragkb_store.db.models import DocumentStatus
+from ragkb_store.states import DocumentStatus
 
 # The most time one exclude pattern may take on one path, and all of them on a whole manifest.
 MATCH_TIMEOUT_S = 0.05

@@ -1,5 +1,5 @@
-"""Create, read and change KBs; the lookups every domain uses to find a KB (one 404 for unknown and
-ungranted ids). Deleting a KB is a job (ragkb_api.knowledge_bases.deletion)."""
+"""Create, read and change KBs. Deleting a KB is a job (ragkb_api.knowledge_bases.deletion); finding one
+is ragkb_store.knowledge_bases."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_api.access import Caller, kb_not_found
+from ragkb_api.access import Caller
 from ragkb_api.jobs.sync import compile_exclude
 from ragkb_api.knowledge_bases.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate, RetrievalPatch
 from ragkb_core.errors import Conflict, InvalidInput
@@ -19,7 +19,9 @@ from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, DocumentStatus, KnowledgeBase
+from ragkb_store.db.models import Document, KnowledgeBase
+from ragkb_store.knowledge_bases import load_kb, load_writable_kb
+from ragkb_store.states import DocumentStatus
 
 
 class KnowledgeBaseService:
@@ -123,33 +125,6 @@ def _patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[st
         return KbRetrieval.model_validate(unset_to_default).model_dump(exclude_defaults=True)
     except ValidationError as exc:
         raise InvalidInput(f"invalid retrieval settings: {exc.errors()[0]['msg']}") from exc
-
-
-def load_kb(session: Session, kb_id: str) -> KnowledgeBase:
-    """The KB, or the same NotFound for unknown and ungranted ids."""
-    kb = session.get(KnowledgeBase, kb_id)
-    if kb is None:
-        raise kb_not_found(kb_id)
-    return kb
-
-
-def load_writable_kb(session: Session, kb_id: str) -> KnowledgeBase:
-    """The KB, unless it is being deleted (409: see ensure_not_deleting)."""
-    kb = load_kb(session, kb_id)
-    ensure_not_deleting(kb)
-    return kb
-
-
-def ensure_not_deleting(kb: KnowledgeBase) -> None:
-    """409, not 404, for a KB whose deletion job runs (or failed and waits for DELETE again): the KB still
-    exists (GET shows it `deleting`, with its job) and a 404 would say it is gone when a retried deletion may
-    still have to finish. Once the job has removed it, it answers 404 like any unknown id."""
-    if kb.deletion_job_id is not None:
-        raise Conflict(
-            f"knowledge base {kb.id} is being deleted (job {kb.deletion_job_id})",
-            knowledge_base_id=kb.id,
-            job_id=kb.deletion_job_id,
-        )
 
 
 def _status_counts(session: Session, kb_ids: Sequence[str]) -> dict[str, dict[str, int]]:

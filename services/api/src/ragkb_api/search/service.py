@@ -81,7 +81,7 @@ class SearchService:
 
     def require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
         """Every requested KB must exist and be readable; unknown and ungranted ids get the same answer. A
-        KB being deleted answers 409, as its writes do (ensure_not_deleting in ragkb_api.knowledge_bases.service
+        KB being deleted answers 409, as its writes do (ensure_not_deleting in ragkb_store.knowledge_bases
         says why)."""
         readable = caller.readable(kb_ids)
         with self._sessions() as session:

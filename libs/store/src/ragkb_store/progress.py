@@ -15,21 +15,18 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import func, select, update
 from sqlalchemy.orm import Session
 
-from ragkb_store.db.models import Document, DocumentStatus, Job, JobItem, JobItemStatus, JobStatus, utcnow
+from ragkb_store.db.models import Document, Job, JobItem, utcnow
+from ragkb_store.states import (
+    ACTIVE_JOB_STATUSES,
+    FINISHED_JOB_STATUSES,
+    WORKER_SETTLED_KINDS,
+    DocumentStatus,
+    ItemAction,
+    JobItemStatus,
+    JobKind,
+    JobStatus,
+)
 
-UPLOAD = "upload"
-DELETE = "delete"
-RETRY = "retry"
-# A manifest entry the server could not judge (an exclude pattern that ran out of time on it).
-CHECK = "check"
-# A document rebuilt into a new index generation (ragkb_store.reindexing); also the kind of that job.
-REINDEX = "reindex"
-# The kind of the job that deletes a whole KB (index, documents, blobs only it used, then the row); its
-# items are `delete` items, one per document, settled by the worker as it deletes them.
-KB_DELETE = "kb_delete"
-# Jobs the worker that runs them settles and finishes: nothing waits for documents to arrive, so no deadline.
-WORKER_SETTLED_KINDS = frozenset({REINDEX, KB_DELETE})
-FINISHED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 # Documents looked up per query: well under SQLite's bound on parameters.
 _LOOKUP_BATCH = 500
 MAX_ERRORS_SHOWN = 1000
@@ -48,7 +45,9 @@ class JobTally:
 
 def item_outcome(item: JobItem, document: Document | None) -> tuple[JobItemStatus, str | None] | None:
     """What the document says of an upload or retry item: done, failed with the reason, or None (not yet)."""
-    if item.action not in (UPLOAD, RETRY) or document is None or document.blob_sha256 != item.sha256:
+    if item.action not in (ItemAction.UPLOAD, ItemAction.RETRY):
+        return None
+    if document is None or document.blob_sha256 != item.sha256:
         return None
     if item.base_version is not None and document.version <= item.base_version:
         return None
@@ -105,9 +104,7 @@ def refresh_overdue_jobs(session: Session, upload_wait_s: float) -> list[str]:
     """Refresh every unfinished job older than the deadline (the worker's sweeper calls this); their ids."""
     cutoff = utcnow() - timedelta(seconds=upload_wait_s)
     jobs = session.scalars(
-        select(Job).where(
-            Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]), Job.kind != "ingest", Job.created_at < cutoff
-        )
+        select(Job).where(Job.status.in_(ACTIVE_JOB_STATUSES), Job.kind != JobKind.INGEST, Job.created_at < cutoff)
     ).all()
     for job in jobs:
         refresh_job(session, job, upload_wait_s)
@@ -122,7 +119,7 @@ def finish_if_settled(session: Session, job_id: str) -> bool:
     tally = tally_job(session, job)
     finished = session.execute(
         update(Job)
-        .where(Job.id == job_id, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .where(Job.id == job_id, Job.status.in_(ACTIVE_JOB_STATUSES))
         .values(
             status=JobStatus.FAILED if tally.failed else JobStatus.SUCCEEDED,
             progress_current=tally.current,
@@ -139,7 +136,7 @@ def cancel_job(session: Session, job: Job) -> bool:
     """Cancel an unfinished job: its open items are no longer waited for (what was uploaded stays)."""
     cancelled = session.execute(
         update(Job)
-        .where(Job.id == job.id, Job.status.in_([JobStatus.QUEUED, JobStatus.RUNNING]))
+        .where(Job.id == job.id, Job.status.in_(ACTIVE_JOB_STATUSES))
         .values(status=JobStatus.CANCELLED, finished_at=utcnow())
     ).rowcount  # type: ignore[attr-defined]
     if not cancelled:
@@ -178,11 +175,11 @@ def tally_job(session: Session, job: Job) -> JobTally:
     return JobTally(
         current=sum(n for (_, status), n in count.items() if status != JobItemStatus.PENDING),
         total=sum(count.values()),
-        uploaded=total_of((UPLOAD, RETRY), JobItemStatus.DONE),
+        uploaded=total_of((ItemAction.UPLOAD, ItemAction.RETRY), JobItemStatus.DONE),
         unchanged=int(job.counts.get("unchanged", 0)),
-        deleted=total_of((DELETE,), JobItemStatus.DONE),
+        deleted=total_of((ItemAction.DELETE,), JobItemStatus.DONE),
         failed=total_of(every_action, JobItemStatus.FAILED),
-        reindexed=total_of((REINDEX,), JobItemStatus.DONE),
+        reindexed=total_of((ItemAction.REINDEX,), JobItemStatus.DONE),
     )
 
 
@@ -249,6 +246,6 @@ def _overdue_message(item: JobItem, document: Document | None, upload_wait_s: fl
         and document.blob_sha256 == item.sha256
         and (item.base_version is None or document.version > item.base_version)
     )
-    if item.action == UPLOAD and not arrived:
+    if item.action == ItemAction.UPLOAD and not arrived:
         return f"never uploaded: the file did not arrive within {waited}"
     return f"not processed within {waited}"

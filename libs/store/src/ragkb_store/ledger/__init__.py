@@ -1,0 +1,15 @@
+"""Every change of a document's or a job's state, in one place: ragkb_store.ledger.documents (record a
+version, claim, renew, finish, fail, release, retry, delete) and ragkb_store.ledger.jobs (record a job and its
+items, settle them, delete a KB's rows). A test keeps status writes out of every other module."""
+
+from ragkb_store.ledger.documents import (
+    EVERY_DOCUMENT,
+    Claim,
+    DocumentLedger,
+    DocumentScope,
+    NewVersion,
+    RecordedVersion,
+    claim_of,
+)
+
+__all__ = ["EVERY_DOCUMENT", "Claim", "DocumentLedger", "DocumentScope", "NewVersion", "RecordedVersion", "claim_of"]

@@ -1,0 +1,594 @@
+"""The ledger of documents: every change of a document's state, each one whole transaction.
+
+The api records versions, changes fields, retries and deletes; the worker claims a version with a lease,
+renews it, and finishes, fails or releases it; the sweeper takes back expired leases. Each write that can
+race is a compare-and-set on the version (or the status and lease), so that two workers never both build one
+version, a stale worker never wins over a newer upload, and an upload never leaves a worker's claim behind.
+The rules of stored documents live here too, next to the writes they guard: a reference document's content
+is never replaced, a document keeps its doc_type, reference and knowledge documents of a KB never share a
+label, and a key with a search filter touches only documents inside it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import ColumnElement, or_, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_core.errors import Conflict, Forbidden, NotFound
+from ragkb_core.ids import new_id
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import Document, Job, KnowledgeBase, utcnow
+from ragkb_store.knowledge_bases import load_writable_kb
+from ragkb_store.progress import refresh_overdue_jobs, settle_items_of_document
+from ragkb_store.states import ACTIVE_JOB_STATUSES, DocumentStatus, JobKind, JobStatus
+
+# A version recorded while another upload of the same document moved its version on is recorded again on
+# top of that one; more than this many collisions in a row means something is wrong.
+_RECORD_ATTEMPTS = 5
+# Rows looked up per query: well under SQLite's bound on parameters.
+_BATCH = 500
+
+
+@dataclass(frozen=True)
+class DocumentScope:
+    """The documents a key may touch: its search filter (`labels_any`, `doc_types`), None meaning any. A
+    document is inside when it has one of the labels and one of the doc types, as a search filters them."""
+
+    labels_any: frozenset[str] | None = None
+    doc_types: frozenset[str] | None = None
+
+    def admits(self, labels: Iterable[str], doc_type: str) -> bool:
+        if self.doc_types is not None and doc_type not in self.doc_types:
+            return False
+        return self.labels_any is None or bool(self.labels_any.intersection(labels))
+
+
+EVERY_DOCUMENT = DocumentScope()
+
+
+@dataclass(frozen=True)
+class NewVersion:
+    """An accepted upload's fields and stored original, as plain values."""
+
+    kb_id: str
+    source_id: str
+    # None: keep the document's title (a new document takes `default_title`).
+    title: str | None
+    default_title: str
+    filename: str | None
+    media_type: str
+    size_bytes: int
+    blob_sha256: str
+    labels: list[str]
+    metadata: dict[str, Any]
+    doc_type: str
+
+
+@dataclass(frozen=True)
+class RecordedVersion:
+    document: Document
+    # The original the document no longer uses, to delete if nothing else does.
+    replaced_blob: str | None
+    # False: the upload equals the live version (`unchanged`), nothing was queued.
+    changed: bool
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A snapshot of the document version a worker is processing."""
+
+    document_id: str
+    kb_id: str
+    source_id: str
+    version: int
+    title: str
+    media_type: str
+    blob_sha256: str
+    labels: list[str]
+    metadata: dict[str, Any]
+    doc_type: str
+    attempt: int
+    chunking: KbChunking
+    # How the KB's text becomes BM25 terms; fixed for a KB until it is re-indexed.
+    analyzer: KbAnalyzer
+    # The model that embeds (and counts the tokens of) its chunks: the KB's, or a re-index target's.
+    embedding_model: str
+
+
+class _VersionMoved(Exception):
+    """Another upload recorded a version between our read and our write."""
+
+
+class DocumentLedger:
+    def __init__(self, sessions: sessionmaker[Session], lease_s: int = 300) -> None:
+        self._sessions = sessions
+        self._lease = timedelta(seconds=lease_s)
+
+    # -- the api's transitions ---------------------------------------------------------------------------
+
+    def check_version(self, new: NewVersion, scope: DocumentScope = EVERY_DOCUMENT) -> None:
+        """Refuse now what record_version would refuse, before the original is stored (a refused upload
+        must leave nothing behind)."""
+        with self._sessions() as session:
+            load_writable_kb(session, new.kb_id)
+            existing = _document_by_source(session, new.kb_id, new.source_id)
+            _check_new_version(session, existing, new, scope)
+
+    def record_version(self, new: NewVersion, scope: DocumentScope = EVERY_DOCUMENT) -> RecordedVersion:
+        """A new version of the document (or a new document), pending, with its ingest job recorded; the
+        same content again with the same labels and metadata is `unchanged` and records nothing."""
+        for attempt in range(_RECORD_ATTEMPTS):
+            try:
+                with transaction(self._sessions) as session:
+                    return _record_version(session, new, scope)
+            except (IntegrityError, _VersionMoved):
+                # Two first uploads raced to insert, or one moved the version on: record on top of it.
+                if attempt == _RECORD_ATTEMPTS - 1:
+                    raise
+        raise AssertionError("unreachable")
+
+    def get(self, kb_id: str, document_id: str, scope: DocumentScope = EVERY_DOCUMENT) -> Document:
+        """The document, if it is in the KB and inside the scope (one NotFound otherwise)."""
+        with self._sessions() as session:
+            return _visible_document(session, kb_id, document_id, scope)
+
+    def writable(self, kb_id: str, document_id: str, scope: DocumentScope = EVERY_DOCUMENT) -> Document:
+        """The document, if the caller may change it: visible, and its KB not being deleted."""
+        with self._sessions() as session:
+            load_writable_kb(session, kb_id)
+            return _visible_document(session, kb_id, document_id, scope)
+
+    def change_fields(
+        self,
+        kb_id: str,
+        document_id: str,
+        changes: dict[str, Any],
+        *,
+        requested_doc_type: str | None,
+        scope: DocumentScope,
+        publish: Callable[[Document, dict[str, Any]], None],
+    ) -> Document:
+        """Change title, source_id, labels or metadata. `publish` applies the change to the indexed chunks
+        inside the transaction: if the index refuses, the database keeps the old values too."""
+        with transaction(self._sessions) as session:
+            load_writable_kb(session, kb_id)
+            document = _visible_document(session, kb_id, document_id, scope)
+            _ensure_doc_type_kept(document, requested_doc_type)
+            if not changes:
+                return document
+            if "source_id" in changes:
+                _ensure_source_id_free(session, kb_id, changes["source_id"], document_id)
+            if "labels" in changes:
+                _ensure_inside_scope(scope, changes["labels"], document.doc_type)
+                _ensure_labels_on_one_side(session, kb_id, document.doc_type, changes["labels"])
+            for field, value in changes.items():
+                setattr(document, "metadata_" if field == "metadata" else field, value)
+            session.flush()
+            if document.indexed_version is not None:
+                publish(document, changes)
+            return document
+
+    def retry(self, kb_id: str, document_id: str, scope: DocumentScope = EVERY_DOCUMENT) -> Document:
+        """A failed document back to pending, from its stored original, with its ingest job recorded."""
+        with transaction(self._sessions) as session:
+            load_writable_kb(session, kb_id)
+            document = _visible_document(session, kb_id, document_id, scope)
+            if document.status != DocumentStatus.FAILED:
+                raise Conflict(f"only a failed document can be retried; this one is {document.status}")
+            send_back_to_pending(session, document)
+            return document
+
+    def delete(self, kb_id: str, document_id: str) -> set[str]:
+        """Remove the document's row (its chunks have left the index already); returns the blobs it used, to
+        delete if nothing else uses them."""
+        with transaction(self._sessions) as session:
+            document = _visible_document(session, kb_id, document_id, EVERY_DOCUMENT)
+            blobs = {sha for sha in (document.blob_sha256, document.text_sha256) if sha}
+            session.delete(document)
+        return blobs
+
+    # -- the worker's transitions ----------------------------------------------------------------------
+
+    def claim(self, document_id: str) -> Claim | None:
+        """Take the document for processing; None when it is done, gone, held by a live worker, or of a KB
+        being deleted (its row goes soon: building it would only be thrown away)."""
+        now = utcnow()
+        with transaction(self._sessions) as session:
+            claimable = or_(
+                Document.status == DocumentStatus.PENDING,
+                (Document.status == DocumentStatus.PROCESSING) & (Document.lease_until < now),
+            )
+            taken = session.execute(
+                update(Document)
+                .where(Document.id == document_id, claimable, _kb_not_deleting())
+                .values(
+                    status=DocumentStatus.PROCESSING,
+                    lease_until=now + self._lease,
+                    attempts=Document.attempts + 1,
+                    error=None,
+                )
+            ).rowcount  # type: ignore[attr-defined]
+            if not taken:
+                return None
+            document = session.get_one(Document, document_id, populate_existing=True)
+            _mark_ingest_job(session, document_id, JobStatus.RUNNING)
+            return _claim_of(session, document)
+
+    def renew(self, claim: Claim) -> Claim | None:
+        """Extend the lease and return the document's current title, labels and metadata (a PATCH may have
+        changed them meanwhile); None when the version changed, the document is gone or its KB is being
+        deleted: stop working on it."""
+        with transaction(self._sessions) as session:
+            renewed = session.execute(
+                update(Document)
+                .where(Document.id == claim.document_id, Document.version == claim.version, _kb_not_deleting())
+                .values(lease_until=utcnow() + self._lease)
+            ).rowcount  # type: ignore[attr-defined]
+            if not renewed:
+                return None
+            return _claim_of(session, session.get_one(Document, claim.document_id, populate_existing=True))
+
+    def finish(
+        self,
+        claim: Claim,
+        chunk_count: int,
+        timings: dict[str, float],
+        report: dict[str, Any],
+        text_sha256: str | None = None,
+    ) -> bool:
+        """Mark the claimed version live, with its extracted text. False when a newer version arrived
+        meanwhile (this one is stale)."""
+        with transaction(self._sessions) as session:
+            finished = session.execute(
+                update(Document)
+                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .values(
+                    status=DocumentStatus.DONE,
+                    indexed_version=claim.version,
+                    chunk_count=chunk_count,
+                    stage_timings=timings,
+                    ingest_report=report,
+                    lease_until=None,
+                    indexed_at=utcnow(),
+                    text_sha256=text_sha256,
+                )
+            ).rowcount  # type: ignore[attr-defined]
+            if finished:
+                _mark_ingest_job(session, claim.document_id, JobStatus.SUCCEEDED)
+                # A sync or retry job waiting for this document advances now, watched or not.
+                settle_items_of_document(session, claim.kb_id, claim.source_id)
+        return bool(finished)
+
+    def fail(self, claim: Claim, reason: str) -> None:
+        """The claimed version failed for good, with a reason a user can act on."""
+        with transaction(self._sessions) as session:
+            failed = session.execute(
+                update(Document)
+                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .values(status=DocumentStatus.FAILED, error=reason, lease_until=None)
+            ).rowcount  # type: ignore[attr-defined]
+            if failed:  # else a newer version took over: its run is not this one's to mark
+                _mark_ingest_job(session, claim.document_id, JobStatus.FAILED, error=reason)
+                settle_items_of_document(session, claim.kb_id, claim.source_id)
+
+    def release_for_retry(self, claim: Claim, reason: str) -> None:
+        """Hand the document back to the queue after a transient error (the retry re-claims it)."""
+        with transaction(self._sessions) as session:
+            session.execute(
+                update(Document)
+                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .values(status=DocumentStatus.PENDING, error=f"retrying: {reason}", lease_until=None)
+            )
+
+    def release_expired_leases(self) -> list[str]:
+        """Documents whose worker died mid-way (lease run out) go back to pending; returns their ids."""
+        now = utcnow()
+        with transaction(self._sessions) as session:
+            expired = (Document.status == DocumentStatus.PROCESSING) & (Document.lease_until < now)
+            ids = list(session.scalars(select(Document.id).where(expired).limit(_BATCH)))
+            if ids:
+                session.execute(
+                    update(Document)
+                    .where(Document.id.in_(ids), expired)
+                    .values(status=DocumentStatus.PENDING, lease_until=None, updated_at=now)
+                )
+            return ids
+
+    def finish_overdue_jobs(self, upload_wait_s: float) -> list[str]:
+        """Jobs past their deadline fail the items still open and finish (nobody may be watching them)."""
+        with transaction(self._sessions) as session:
+            return refresh_overdue_jobs(session, upload_wait_s)
+
+    # -- reads the worker and the sweeper need -----------------------------------------------------------
+
+    def pending_older_than(self, age: timedelta) -> list[str]:
+        """Pending documents untouched for `age`: their queue message may have been lost."""
+        with self._sessions() as session:
+            query = select(Document.id).where(
+                Document.status == DocumentStatus.PENDING, Document.updated_at < utcnow() - age
+            )
+            return list(session.scalars(query.limit(_BATCH)))
+
+    def text_sha256_of(self, document_id: str) -> str | None:
+        with self._sessions() as session:
+            return session.scalar(select(Document.text_sha256).where(Document.id == document_id))
+
+    def exists(self, document_id: str) -> bool:
+        with self._sessions() as session:
+            return session.get(Document, document_id) is not None
+
+    def unreferenced_blobs(self, shas: set[str]) -> set[str]:
+        """Those of `shas` that no document uses, as its original or as its extracted text (one plain-text
+        document's text may have the same bytes, hence the same blob, as another's original): safe to delete."""
+        shas = {sha for sha in shas if sha}
+        if not shas:
+            return set()
+        used: set[str] = set()
+        ordered = sorted(shas)
+        with self._sessions() as session:
+            for start in range(0, len(ordered), _BATCH):
+                batch = ordered[start : start + _BATCH]
+                used.update(session.scalars(select(Document.blob_sha256).where(Document.blob_sha256.in_(batch))))
+                used.update(session.scalars(select(Document.text_sha256).where(Document.text_sha256.in_(batch))))
+        return shas - used
+
+
+def send_back_to_pending(session: Session, document: Document) -> None:
+    """The one way a stored version goes back to the queue (a retry): pending, no error, no lease, attempts
+    counted afresh, and the run recorded as an ingest job."""
+    document.status = DocumentStatus.PENDING
+    document.error = None
+    document.attempts = 0
+    document.lease_until = None
+    record_ingest_job(session, document)
+
+
+def record_ingest_job(session: Session, document: Document) -> None:
+    """The operator's record of one run of the document through the pipeline. Runs of earlier versions that
+    never finished are closed: only the newest one is marked by the worker."""
+    session.execute(
+        update(Job)
+        .where(Job.document_id == document.id, Job.kind == JobKind.INGEST, Job.status.in_(ACTIVE_JOB_STATUSES))
+        .values(status=JobStatus.CANCELLED, finished_at=utcnow(), errors=["superseded by a newer run"])
+    )
+    session.add(
+        Job(id=new_id(), kind=JobKind.INGEST, kb_id=document.kb_id, document_id=document.id, status=JobStatus.QUEUED)
+    )
+
+
+def _record_version(session: Session, new: NewVersion, scope: DocumentScope) -> RecordedVersion:
+    # Again, in the transaction that records the version: a deletion accepted since any earlier check must not
+    # get a new document.
+    load_writable_kb(session, new.kb_id)
+    existing = _document_by_source(session, new.kb_id, new.source_id)
+    _check_new_version(session, existing, new, scope)
+    if existing is not None and _is_unchanged(existing, new):
+        return RecordedVersion(existing, None, changed=False)
+    if existing is None:
+        document, replaced = _insert_document(session, new), None
+    else:
+        # Read before the write: the row object is refreshed with the new version's values.
+        replaced = existing.blob_sha256 if existing.blob_sha256 != new.blob_sha256 else None
+        document = _next_version(session, existing, new)
+    record_ingest_job(session, document)
+    return RecordedVersion(document, replaced, changed=True)
+
+
+def _check_new_version(session: Session, existing: Document | None, new: NewVersion, scope: DocumentScope) -> None:
+    if existing is not None:
+        if not scope.admits(existing.labels, existing.doc_type):
+            raise Forbidden(
+                f"source_id {new.source_id!r} names a document outside this key's search filter; "
+                "this key cannot replace it"
+            )
+        _ensure_version_allowed(existing, new)
+        if _is_unchanged(existing, new):
+            return
+    _ensure_inside_scope(scope, new.labels, new.doc_type)
+    _ensure_labels_on_one_side(session, new.kb_id, new.doc_type, new.labels)
+
+
+def _insert_document(session: Session, new: NewVersion) -> Document:
+    document = Document(
+        id=new_id(),
+        kb_id=new.kb_id,
+        source_id=new.source_id,
+        version=1,
+        status=DocumentStatus.PENDING,
+        attempts=0,
+        **_version_fields(new, new.title or new.default_title),
+    )
+    session.add(document)
+    session.flush()
+    return document
+
+
+def _next_version(session: Session, existing: Document, new: NewVersion) -> Document:
+    """One compare-and-set UPDATE that writes every field of the new version, status and lease included, on
+    the version it read: a worker's claim taken in between is overwritten (its renewal then sees the new
+    version and stops), and an upload recorded in between makes this one record again on top of it."""
+    moved = session.execute(
+        update(Document)
+        .where(Document.id == existing.id, Document.version == existing.version)
+        .values(
+            version=Document.version + 1,
+            status=DocumentStatus.PENDING,
+            error=None,
+            attempts=0,
+            lease_until=None,
+            updated_at=utcnow(),
+            **_version_fields(new, new.title or existing.title),
+        )
+    ).rowcount  # type: ignore[attr-defined]
+    if not moved:
+        raise _VersionMoved
+    return session.get_one(Document, existing.id, populate_existing=True)
+
+
+def _version_fields(new: NewVersion, title: str) -> dict[str, Any]:
+    return {
+        "title": title,
+        "filename": new.filename,
+        "media_type": new.media_type,
+        "size_bytes": new.size_bytes,
+        "blob_sha256": new.blob_sha256,
+        "labels": new.labels,
+        "metadata_": new.metadata,
+        "doc_type": new.doc_type,
+    }
+
+
+def _document_by_source(session: Session, kb_id: str, source_id: str) -> Document | None:
+    query = select(Document).where(Document.kb_id == kb_id, Document.source_id == source_id)
+    return session.scalars(query.with_for_update().execution_options(populate_existing=True)).one_or_none()
+
+
+def _visible_document(session: Session, kb_id: str, document_id: str, scope: DocumentScope) -> Document:
+    """The document, if it is in the KB and inside the scope: a document outside a key's filter is answered
+    exactly as one that does not exist."""
+    document = session.get(Document, document_id)
+    if document is None or document.kb_id != kb_id or not scope.admits(document.labels, document.doc_type):
+        raise NotFound(f"document {document_id} does not exist in knowledge base {kb_id}")
+    return document
+
+
+def _is_unchanged(document: Document, new: NewVersion) -> bool:
+    # A failed version is worth another try; anything else with the same bytes needs no work.
+    same_content = document.blob_sha256 == new.blob_sha256 and document.status != DocumentStatus.FAILED
+    return same_content and document.labels == new.labels and document.metadata_ == new.metadata
+
+
+def _ensure_inside_scope(scope: DocumentScope, labels: list[str], doc_type: str) -> None:
+    if not scope.admits(labels, doc_type):
+        raise Forbidden(
+            "this key's search filter limits it to documents with "
+            + _scope_words(scope)
+            + "; these labels and doc_type would put the document outside it",
+            allowed_labels=sorted(scope.labels_any) if scope.labels_any is not None else None,
+            allowed_doc_types=sorted(scope.doc_types) if scope.doc_types is not None else None,
+        )
+
+
+def _scope_words(scope: DocumentScope) -> str:
+    parts = []
+    if scope.labels_any is not None:
+        parts.append("one of the labels " + ", ".join(sorted(scope.labels_any)))
+    if scope.doc_types is not None:
+        parts.append("doc_type " + " or ".join(sorted(scope.doc_types)))
+    return " and ".join(parts)
+
+
+def _ensure_version_allowed(existing: Document, new: NewVersion) -> None:
+    """A new version never changes a document's doc_type, and a reference's content is never replaced: it is
+    the authoritative original. (The same content again is fine: that is how a failed reference is retried.)"""
+    if existing.doc_type != new.doc_type:
+        raise Conflict(
+            f"source_id {existing.source_id!r} names a {existing.doc_type} document, which cannot become "
+            f"{new.doc_type}: delete it and register it again",
+            document_id=existing.id,
+        )
+    if existing.doc_type == "reference" and existing.blob_sha256 != new.blob_sha256:
+        raise Conflict(
+            f"source_id {existing.source_id!r} names a reference document, whose content cannot be replaced: "
+            "delete it and register it again",
+            document_id=existing.id,
+        )
+
+
+def _ensure_doc_type_kept(document: Document, requested: str | None) -> None:
+    if requested is not None and requested != document.doc_type:
+        raise Conflict(
+            f"document {document.id} is a {document.doc_type} document and cannot become {requested}: "
+            "delete it and register it again",
+            document_id=document.id,
+        )
+
+
+def _ensure_source_id_free(session: Session, kb_id: str, source_id: str, document_id: str) -> None:
+    other = session.scalars(
+        select(Document.id).where(Document.kb_id == kb_id, Document.source_id == source_id, Document.id != document_id)
+    ).first()
+    if other is not None:
+        raise Conflict(f"source_id {source_id!r} already names document {other} in this knowledge base")
+
+
+def _ensure_labels_on_one_side(session: Session, kb_id: str, doc_type: str, labels: list[str]) -> None:
+    """Labels of reference documents and labels of knowledge documents are disjoint within a KB, so that a
+    label filter selects one kind or the other, never a mix."""
+    if not labels:
+        return
+    _serialize_label_writes(session, kb_id)
+    used = session.scalars(select(Document.labels).where(Document.kb_id == kb_id, Document.doc_type != doc_type))
+    conflicting = sorted(set(labels) & {label for row in used for label in row})
+    if conflicting:
+        other = "knowledge" if doc_type == "reference" else "reference"
+        raise Conflict(
+            f"labels already used by {other} documents in this knowledge base: {', '.join(conflicting)}; "
+            "reference and knowledge documents cannot share labels",
+            conflicting_labels=conflicting,
+        )
+
+
+def _serialize_label_writes(session: Session, kb_id: str) -> None:
+    """A write to the KB row before reading labels: PostgreSQL locks that row and SQLite takes its write
+    lock, so two concurrent writers (one reference, one knowledge, same new label) check one after the other."""
+    session.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(updated_at=KnowledgeBase.updated_at))
+
+
+def _kb_not_deleting() -> ColumnElement[bool]:
+    deleting = select(KnowledgeBase.id).where(KnowledgeBase.deletion_job_id.is_not(None))
+    return Document.kb_id.not_in(deleting)
+
+
+def _claim_of(session: Session, document: Document) -> Claim:
+    kb = session.get_one(KnowledgeBase, document.kb_id)
+    chunking, analyzer = KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer)
+    return claim_of(document, chunking, analyzer, kb.embedding_model)
+
+
+def claim_of(document: Document, chunking: KbChunking, analyzer: KbAnalyzer, embedding_model: str) -> Claim:
+    """A snapshot of the document's newest version, to be built with these settings (the KB's own, or a
+    re-index's)."""
+    return Claim(
+        document_id=document.id,
+        kb_id=document.kb_id,
+        source_id=document.source_id,
+        version=document.version,
+        title=document.title,
+        media_type=document.media_type,
+        blob_sha256=document.blob_sha256,
+        labels=list(document.labels),
+        metadata=dict(document.metadata_),
+        doc_type=document.doc_type,
+        attempt=document.attempts,
+        chunking=chunking,
+        analyzer=analyzer,
+        embedding_model=embedding_model,
+    )
+
+
+def _mark_ingest_job(session: Session, document_id: str, status: JobStatus, error: str | None = None) -> None:
+    """Update the document's open ingest job (record_ingest_job keeps at most one open), which records this
+    run for operators."""
+    job = session.scalars(
+        select(Job)
+        .where(Job.document_id == document_id, Job.kind == JobKind.INGEST)
+        .order_by(Job.created_at.desc())
+        .limit(1)
+    ).first()
+    if job is None or job.status not in ACTIVE_JOB_STATUSES:
+        return
+    now: datetime = utcnow()
+    job.status = status
+    if status == JobStatus.RUNNING:
+        job.started_at = job.started_at or now
+    else:
+        job.finished_at = now
+    if error:
+        job.errors = [*job.errors, error]

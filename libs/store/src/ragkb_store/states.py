@@ -1,0 +1,58 @@
+"""The states a document, a job and a job's item can be in, and the kinds of jobs and items: the values the
+metadata tables hold and the public API shows. Every write of them is in ragkb_store.ledger."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class DocumentStatus(StrEnum):
+    PENDING = "pending"
+    PROCESSING = "processing"
+    DONE = "done"
+    FAILED = "failed"
+
+
+class JobStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class JobKind(StrEnum):
+    # One document's run through the pipeline: the operator's record of it (no items).
+    INGEST = "ingest"
+    # A manifest sync: uploads it waits for, orphans it deleted.
+    SYNC = "sync"
+    # Every failed document of a KB queued again.
+    RETRY = "retry"
+    # Every indexed document rebuilt into a new index generation, then a check and a switch.
+    REINDEX = "reindex"
+    # A whole KB deleted: index, documents in batches, blobs only they used, then the row.
+    KB_DELETE = "kb_delete"
+
+
+class JobItemStatus(StrEnum):
+    PENDING = "pending"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class ItemAction(StrEnum):
+    """What a job does with one document."""
+
+    UPLOAD = "upload"
+    DELETE = "delete"
+    RETRY = "retry"
+    # A manifest entry the server could not judge (an exclude pattern that ran out of time on it).
+    CHECK = "check"
+    REINDEX = "reindex"
+
+
+ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
+FINISHED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
+# Jobs the worker that runs them settles and finishes: nothing waits for documents to arrive, so no deadline.
+WORKER_SETTLED_KINDS = frozenset({JobKind.REINDEX, JobKind.KB_DELETE})

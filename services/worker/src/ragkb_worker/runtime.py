@@ -1,0 +1,56 @@
+"""What a worker task process works with, built once per process on its first task (after the fork: models
+and connections are not shared across processes): one database engine, one retriever client, one blob store,
+and the ledger, pipeline, re-indexer and KB deleter over them."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_analyzer import bm25_encoder_for
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_models import EmbedderPool
+from ragkb_store.blobs import BlobStore
+from ragkb_store.db.engine import build_engine, build_session_factory
+from ragkb_store.ledger import DocumentLedger
+from ragkb_worker.kb_deletion import KbDeleter
+from ragkb_worker.pipeline import IngestPipeline
+from ragkb_worker.quality_gate import QualityGate
+from ragkb_worker.reindexing import Reindexer
+from ragkb_worker.settings import WorkerSettings
+
+
+@dataclass(frozen=True)
+class WorkerRuntime:
+    sessions: sessionmaker[Session]
+    ledger: DocumentLedger
+    pipeline: IngestPipeline
+    reindexer: Reindexer
+    kb_deleter: KbDeleter
+
+
+def build_runtime(settings: WorkerSettings, enqueue_finish_reindex: Callable[[str], None]) -> WorkerRuntime:
+    sessions = build_session_factory(build_engine(settings.database))
+    retriever = RetrieverClient(settings.retriever, settings.service_token)
+    blobs = BlobStore(settings.blobs.root)
+    embedders = EmbedderPool(settings.embedding)
+    embedders.get()  # the default model now; another allowed one on the first document that needs it
+    ledger = DocumentLedger(sessions, settings.tasks.lease_s)
+    pipeline = IngestPipeline(
+        ledger=ledger,
+        blobs=blobs,
+        encoder_for=embedders.get,
+        bm25_for=functools.partial(bm25_encoder_for, settings=settings.analyzer),
+        retriever=retriever,
+        limits=settings.limits,
+    )
+    return WorkerRuntime(
+        sessions=sessions,
+        ledger=ledger,
+        pipeline=pipeline,
+        reindexer=Reindexer(sessions, pipeline, retriever, QualityGate(sessions, retriever), enqueue_finish_reindex),
+        kb_deleter=KbDeleter(sessions, retriever, blobs),
+    )
