@@ -194,9 +194,7 @@ def summary(samples: Samples) -> dict[str, Any]:
     }
 
 
-def measure_scale(
-    stack: StackAddress, points: int, base: scale.BaseSet, args: argparse.Namespace
-) -> dict[str, Any]:
+def measure_scale(stack: StackAddress, points: int, base: scale.BaseSet, args: argparse.Namespace) -> dict[str, Any]:
     queries = [query["text"] for query in read_jsonl(DATA / "scifact" / "queries.jsonl")]
     with api_client(stack) as http:
         kb_id = scale.create_kb(http, f"bench-scale-{points}")
