@@ -1,6 +1,6 @@
 """`make run`'s launcher as a supervisor, over HTTP against the real processes: a killed api or retriever comes
 back and serves; SIGTERM (twice, as `make` forwards its own) drains what is in flight and then leaves no process
-and no port behind."""
+and no port behind; a Redis restart does not stall pending documents until the 300 s re-queue."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ from tests.support.redis_server import RedisServer, redis_server
 pytestmark = pytest.mark.e2e
 
 COMES_BACK_TIMEOUT_S = 240
+# Far below the sweeper's 300 s re-queue of pending documents, which is what a Redis restart used to wait for.
+AFTER_BROKER_RESTART_TIMEOUT_S = 120
 # The own stack's worker lets running tasks finish this long after SIGTERM (short: a test waits it out).
 WORKER_DRAIN_S = 3
 
@@ -96,6 +98,24 @@ def own_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Runnin
             for line in stack_processes(stack.env["RAGKB_TEST_CWD"]):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
+def test_documents_pending_when_redis_restarts_are_queued_again_at_once(
+    own_stack: tuple[RunningRagkb, RedisServer],
+) -> None:
+    stack, broker = own_stack
+    kb_id = stack.create_kb("redis-restart")
+    with stack.paused("ragkb_worker"):  # the messages wait in Redis, and die with it
+        documents = [upload_text(stack, kb_id, f"Locker {n} holds the spare fuses of floor {n}.") for n in range(5)]
+        assert int(broker.client().llen("ingest")) >= len(documents) - 1  # (one may sit in a blocked read)
+        broker.restart()  # started as this machine's Redis is: nothing persisted
+        assert int(broker.client().llen("ingest")) == 0
+    started = time.monotonic()
+    for document in documents:
+        done = stack.wait_document(kb_id, document["id"], timeout_s=AFTER_BROKER_RESTART_TIMEOUT_S)
+        assert done["status"] == "done", done
+    assert time.monotonic() - started < AFTER_BROKER_RESTART_TIMEOUT_S
+    assert "re-sending" in stack.log_path.read_text()
 
 
 def test_a_worker_told_to_stop_mid_task_stops_within_its_bound_and_the_document_still_ends_done(
