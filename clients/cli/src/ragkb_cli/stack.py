@@ -22,7 +22,8 @@ from pathlib import Path
 import httpx
 
 READY_TIMEOUT_S = 900.0
-STOP_TIMEOUT_S = 60.0
+# Longer than the launcher's longest stop: the worker's drain bound, then the retriever's, each with a margin.
+STOP_TIMEOUT_S = 120.0
 
 
 def free_port() -> int:
@@ -92,9 +93,12 @@ class PrivateStack:
         return self.env["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"]
 
     def start(self) -> None:
-        self.process = _spawn(
-            [sys.executable, str(self.repo / "deploy" / "launcher.py")], self.log_path, self.workdir, self.env
-        )
+        self.start_command([sys.executable, str(self.repo / "deploy" / "launcher.py")], cwd=self.workdir)
+
+    def start_command(self, command: list[str], *, cwd: Path, new_session: bool = False) -> None:
+        """Start the stack with `command` (the launcher, or `make run`), in a process group of its own when
+        `new_session` (as a shell job would be), and wait until it is ready."""
+        self.process = _spawn(command, self.log_path, cwd, self.env, new_session=new_session)
         self.wait_ready()
 
     def stop(self) -> None:
@@ -145,10 +149,14 @@ def _redis_command(port: int, workdir: Path) -> list[str]:
             "--dir", str(workdir)]  # fmt: skip
 
 
-def _spawn(command: list[str], log_path: Path, cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def _spawn(
+    command: list[str], log_path: Path, cwd: Path, env: dict[str, str] | None = None, *, new_session: bool = False
+) -> subprocess.Popen[bytes]:
     # The child keeps its own copy of the log's file descriptor; ours closes at once.
     with log_path.open("ab") as log:
-        return subprocess.Popen(command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            command, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=new_session
+        )
 
 
 def _terminate(process: subprocess.Popen[bytes]) -> None:

@@ -181,6 +181,11 @@ class JobSettings(BaseModel):
 class HttpServerSettings(BaseModel):
     host: str = "127.0.0.1"
     port: int = 8000
+    # On SIGTERM a service takes no new work and lets what it has in flight finish for up to this long: the
+    # api and the retriever their requests (uvicorn's graceful shutdown), the worker its running tasks (Celery's
+    # warm shutdown). Then it cancels the rest: a request cut short is the client's to retry, a task's document
+    # is queued again. A process manager must wait longer than this before it kills (docker-compose.yml).
+    drain_s: int = Field(default=10, ge=0)
 
 
 # Secrets an operator chooses (bootstrap admin key, service token) must be at least this long.

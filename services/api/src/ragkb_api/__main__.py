@@ -13,7 +13,14 @@ from ragkb_api.settings import ApiSettings
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s api %(levelname)s %(name)s: %(message)s")
     settings = ApiSettings()
-    uvicorn.run(create_app(settings), host=settings.api.host, port=settings.api.port, log_level="info")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.api.host,
+        port=settings.api.port,
+        log_level="info",
+        # SIGTERM: stop accepting, let requests in flight finish (an event stream ends at the bound).
+        timeout_graceful_shutdown=settings.api.drain_s,
+    )
 
 
 if __name__ == "__main__":

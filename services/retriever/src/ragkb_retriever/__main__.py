@@ -14,7 +14,14 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s retriever %(levelname)s %(name)s: %(message)s")
     settings = RetrieverSettings()
     # One process: Qdrant Edge allows one owner per shard directory.
-    uvicorn.run(create_app(settings), host=settings.retriever.host, port=settings.retriever.port, log_level="info")
+    uvicorn.run(
+        create_app(settings),
+        host=settings.retriever.host,
+        port=settings.retriever.port,
+        log_level="info",
+        # SIGTERM: stop accepting, let searches and writes in flight finish, then close the index.
+        timeout_graceful_shutdown=settings.retriever.drain_s,
+    )
 
 
 if __name__ == "__main__":

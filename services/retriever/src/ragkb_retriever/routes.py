@@ -21,10 +21,15 @@ from ragkb_core.contracts import (
     SearchResult,
 )
 from ragkb_core.errors import InvalidInput
+from ragkb_core.ids import ID_PATTERN, is_id
 from ragkb_core.retriever_client import INTERNAL_PREFIX
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.searching import SearchService
 
+# Ids are checked here, at the boundary: a KB id becomes part of a file name in the index, so a NUL, a slash or
+# 300 characters must be refused as input (422), never reach the disk (500).
+KbId = Annotated[str, Parameter(pattern=ID_PATTERN, description="a knowledge base id (32 hex characters)")]
+DocumentId = Annotated[str, Parameter(pattern=ID_PATTERN, description="a document id (32 hex characters)")]
 # Which generation a document call addresses: the live one when not given.
 GenerationParam = Annotated[int | None, Parameter(ge=1, description="a generation of the KB; the live one when absent")]
 
@@ -51,35 +56,35 @@ class IndexController(Controller):
     tags = ["index"]
 
     @put("/{kb_id:str}", sync_to_thread=True, summary="Create a KB's index (idempotent)")
-    def create_kb(self, kb_id: str, index_service: IndexService) -> KbIndexInfo:
+    def create_kb(self, kb_id: KbId, index_service: IndexService) -> KbIndexInfo:
         return index_service.create_kb(kb_id)
 
     @delete("/{kb_id:str}", status_code=204, sync_to_thread=True, summary="Drop a KB's index, every generation")
-    def drop_kb(self, kb_id: str, index_service: IndexService) -> None:
+    def drop_kb(self, kb_id: KbId, index_service: IndexService) -> None:
         index_service.drop_kb(kb_id)
 
     @post("/{kb_id:str}/generations", status_code=201, sync_to_thread=True, summary="Create a new, not live generation")
-    def create_generation(self, kb_id: str, data: GenerationCreate, index_service: IndexService) -> dict[str, int]:
+    def create_generation(self, kb_id: KbId, data: GenerationCreate, index_service: IndexService) -> dict[str, int]:
         return {"generation": index_service.create_generation(kb_id, data.dense_size, data.embedding_model)}
 
     @get("/{kb_id:str}/generations", sync_to_thread=True, summary="The KB's generations and the live one")
-    def generations(self, kb_id: str, index_service: IndexService) -> KbGenerations:
+    def generations(self, kb_id: KbId, index_service: IndexService) -> KbGenerations:
         return index_service.generations(kb_id)
 
     @put("/{kb_id:str}/generations/{generation:int}/live", sync_to_thread=True, summary="Switch the live generation")
-    def switch_generation(self, kb_id: str, generation: int, index_service: IndexService) -> dict[str, int]:
+    def switch_generation(self, kb_id: KbId, generation: int, index_service: IndexService) -> dict[str, int]:
         previous = index_service.switch_generation(kb_id, generation)
         return {"live": generation, "previous": previous}
 
     @delete("/{kb_id:str}/generations/{generation:int}", status_code=204, sync_to_thread=True)
-    def drop_generation(self, kb_id: str, generation: int, index_service: IndexService) -> None:
+    def drop_generation(self, kb_id: KbId, generation: int, index_service: IndexService) -> None:
         index_service.drop_generation(kb_id, generation)
 
     @put("/{kb_id:str}/documents/{document_id:str}", sync_to_thread=True, summary="Write a document version's chunks")
     def write_document(
         self,
-        kb_id: str,
-        document_id: str,
+        kb_id: KbId,
+        document_id: DocumentId,
         data: DocumentPoints,
         index_service: IndexService,
         generation: GenerationParam = None,
@@ -91,8 +96,8 @@ class IndexController(Controller):
     @delete("/{kb_id:str}/documents/{document_id:str}", status_code=204, sync_to_thread=True)
     def delete_document(
         self,
-        kb_id: str,
-        document_id: str,
+        kb_id: KbId,
+        document_id: DocumentId,
         index_service: IndexService,
         *,
         keep_version: Annotated[int | None, Parameter(ge=1)] = None,
@@ -104,8 +109,8 @@ class IndexController(Controller):
     @patch("/{kb_id:str}/documents/{document_id:str}", status_code=204, sync_to_thread=True)
     def set_document_payload(
         self,
-        kb_id: str,
-        document_id: str,
+        kb_id: KbId,
+        document_id: DocumentId,
         data: dict[str, Any],
         index_service: IndexService,
         generation: GenerationParam = None,
@@ -113,15 +118,15 @@ class IndexController(Controller):
         index_service.set_document_payload(kb_id, document_id, data, generation=generation)
 
     @post("/{kb_id:str}/context", status_code=200, sync_to_thread=True, summary="A passage and its neighbours")
-    def surrounding(self, kb_id: str, data: ContextQuery, search_service: SearchService) -> ContextResult:
+    def surrounding(self, kb_id: KbId, data: ContextQuery, search_service: SearchService) -> ContextResult:
         return search_service.surrounding(kb_id, data)
 
     @get("/{kb_id:str}/count", sync_to_thread=True, summary="Count a KB's points, optionally of one document")
     def count(
         self,
-        kb_id: str,
+        kb_id: KbId,
         index_service: IndexService,
-        document_id: str | None = None,
+        document_id: Annotated[str | None, Parameter(pattern=ID_PATTERN, description="only this document")] = None,
         generation: GenerationParam = None,
     ) -> dict[str, int]:
         return {"count": index_service.count(kb_id, document_id, generation=generation)}
@@ -133,6 +138,9 @@ class SearchController(Controller):
 
     @post("/", status_code=200, sync_to_thread=True, summary="Search one or more KBs")
     def search(self, data: SearchQuery, search_service: SearchService) -> SearchResult:
+        malformed = [position for position, kb_id in enumerate(data.kb_ids) if not is_id(kb_id)]
+        if malformed:
+            raise InvalidInput("a knowledge base id is 32 hex characters", knowledge_bases=malformed)
         return search_service.search(data)
 
 

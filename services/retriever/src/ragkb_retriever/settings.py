@@ -34,11 +34,16 @@ class RerankerSettings(BaseModel):
         return value or None  # docker-compose passes "" through for "no reranker"
 
 
+class RetrieverServerSettings(HttpServerSettings):
+    # A default of the class, not of a factory: setting RAGKB_RETRIEVER__HOST alone must not move the port.
+    port: int = 8001
+
+
 class RetrieverSettings(BaseSettings):
     model_config = SERVICE_SETTINGS_CONFIG
 
     # Where the retriever listens (RAGKB_RETRIEVER__HOST, RAGKB_RETRIEVER__PORT); clients use RAGKB_RETRIEVER__URL.
-    retriever: HttpServerSettings = Field(default_factory=lambda: HttpServerSettings(port=8001))
+    retriever: RetrieverServerSettings = Field(default_factory=RetrieverServerSettings)
     qdrant: QdrantSettings = Field(default_factory=QdrantSettings)
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)

@@ -3,6 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import threading
+import time
+from typing import Any
+
+from celery.signals import worker_shutting_down
 
 from ragkb_store.queue import INGEST_QUEUE
 from ragkb_worker.app import build_sweeper, create_worker_app, start_health
@@ -14,6 +21,7 @@ def main() -> None:
     settings = WorkerSettings()
     app = create_worker_app(settings)
     start_health(settings)
+    bound_warm_shutdown(settings.worker.drain_s)
     sweeper = build_sweeper(settings, app)
     sweeper.start()
     try:
@@ -31,6 +39,27 @@ def main() -> None:
         )
     finally:
         sweeper.stop()
+
+
+def bound_warm_shutdown(drain_s: float) -> None:
+    """SIGTERM starts Celery's warm shutdown, which waits for running tasks however long they take. Past
+    `drain_s` the worker asks itself for a cold one (SIGQUIT): the tasks still running are cancelled, and their
+    documents are queued again (their message is not acknowledged, their lease runs out)."""
+    shutting_down = threading.Event()
+
+    def cut_short() -> None:
+        shutting_down.wait()
+        time.sleep(drain_s)
+        # Still alive: tasks are still running (a finished warm shutdown ends the process, this thread with it).
+        os.kill(os.getpid(), signal.SIGQUIT)
+
+    def on_shutting_down(how: str, **_: Any) -> None:
+        # Runs inside Celery's signal handler: only set a flag; the thread waiting for it does the rest.
+        if how == "Warm":
+            shutting_down.set()
+
+    threading.Thread(target=cut_short, name="ragkb-drain-bound", daemon=True).start()
+    worker_shutting_down.connect(on_shutting_down, weak=False)
 
 
 if __name__ == "__main__":

@@ -40,11 +40,19 @@ class TaskSettings(BaseModel):
     concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
 
 
+class WorkerServerSettings(HttpServerSettings):
+    # Defaults of the class, not of a factory: setting RAGKB_WORKER__HOST alone must not move the port.
+    port: int = 8002
+    # Tasks run longer than requests; most ingests of a large file still run longer than this.
+    drain_s: int = Field(default=30, ge=0)
+
+
 class WorkerSettings(BaseSettings):
     model_config = SERVICE_SETTINGS_CONFIG
 
-    # The worker's health server (RAGKB_WORKER__HOST, RAGKB_WORKER__PORT): GET /health and /ready.
-    worker: HttpServerSettings = Field(default_factory=lambda: HttpServerSettings(port=8002))
+    # The worker's health server (RAGKB_WORKER__HOST, RAGKB_WORKER__PORT): GET /health and /ready; and how long
+    # its running tasks may finish after SIGTERM (RAGKB_WORKER__DRAIN_S).
+    worker: WorkerServerSettings = Field(default_factory=WorkerServerSettings)
     database: DatabaseSettings = Field(default_factory=DatabaseSettings)
     redis: RedisSettings = Field(default_factory=RedisSettings)
     blobs: BlobSettings = Field(default_factory=BlobSettings)

@@ -39,15 +39,21 @@ class Sweeper:
         self._redis = redis
         self._settings = settings
         self._stop = threading.Event()
+        # The broker this worker last saw (its run id) and the documents already re-sent since it started.
+        self._broker_run_id: str | None = None
+        self._resent_to_broker: set[str] = set()
 
     def sweep_once(self) -> list[str]:
         requeued = self._ledger.release_expired_leases()
+        lost = self._lost_with_the_previous_broker()
         # Pending documents are re-sent only when the queue is empty: otherwise their message is most
         # likely still waiting in it, and a duplicate would only be skipped later.
         if self._queue_is_empty():
             requeued += self._ledger.pending_older_than(timedelta(seconds=self._settings.pending_requeue_after_s))
-        for document_id in dict.fromkeys(requeued):
+        requeued = list(dict.fromkeys(requeued + lost))
+        for document_id in requeued:
             enqueue_ingest(self._queue, document_id)
+        self._resent_to_broker.update(lost)  # only once sent: a send that failed is tried again next time
         if requeued:
             _log.info("re-queued %d documents: %s", len(requeued), ", ".join(requeued[:10]))
         finished = self._ledger.finish_overdue_jobs(self._upload_wait_s)
@@ -89,6 +95,24 @@ class Sweeper:
         if time.monotonic() >= self._next_blob_sweep:
             self._next_blob_sweep = time.monotonic() + self._settings.orphan_blob_sweep_interval_s
             self.sweep_orphan_blobs()
+
+    def _lost_with_the_previous_broker(self) -> list[str]:
+        """Documents pending since before the broker (Redis) last started: their message went to the broker
+        that was there then and, unless that one persisted its queue, is gone. They are sent again once per
+        broker start, at once rather than after the pending re-queue's wait; a duplicate is harmless (a claim
+        is a compare-and-set: the second message finds the document taken or done and is skipped)."""
+        server = self._redis.info("server")
+        run_id, uptime_s = str(server["run_id"]), float(server["uptime_in_seconds"])
+        if run_id != self._broker_run_id:
+            self._broker_run_id, self._resent_to_broker = run_id, set()
+        lost = [
+            document_id
+            for document_id in self._ledger.pending_older_than(timedelta(seconds=uptime_s))
+            if document_id not in self._resent_to_broker
+        ]
+        if lost:
+            _log.info("the broker started %.0f s ago: re-sending %d documents pending since", uptime_s, len(lost))
+        return lost
 
     def _queue_is_empty(self) -> bool:
         return int(self._redis.llen(INGEST_QUEUE)) == 0
