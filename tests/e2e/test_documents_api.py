@@ -239,6 +239,7 @@ def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: Running
         "max_tokens": 200,
         "overlap_tokens": 32,
         "noise_patterns": ["^Page \\d+$"],
+        "ocr": True,
     }
     invalid = [
         {"noise_patterns": ["(unclosed"]},
