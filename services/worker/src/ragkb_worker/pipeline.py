@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -153,7 +154,9 @@ class IngestPipeline:
             data = self._blobs.read(claim.blob_sha256)
             if len(data) > self._limits.max_upload_bytes:
                 raise PayloadTooLarge(f"the stored original is larger than {self._limits.max_upload_bytes} bytes")
-            parsed = parse(claim.media_type, data, self._limits)
+            # OCR can outlast the lease: each page renews the claim (a newer version is noticed after parsing).
+            heartbeat = partial(self._ledger.renew, claim)
+            parsed = parse(claim.media_type, data, self._limits, ocr=claim.chunking.ocr, heartbeat=heartbeat)
             if len(parsed.text) > self._limits.max_text_chars:
                 raise PayloadTooLarge(f"the extracted text is longer than {self._limits.max_text_chars} characters")
         with clock.stage("chunk"):
@@ -163,7 +166,11 @@ class IngestPipeline:
             chunks, chunk_report = chunker.chunk(parsed, claim.chunking.compiled_noise_patterns())
         if not chunks:
             raise ParseFailed("the document has no text to index after chunking")
-        report: dict[str, object] = {"chunks": chunk_report.chunks, "dropped": dict(chunk_report.dropped)}
+        report: dict[str, object] = {
+            "chunks": chunk_report.chunks,
+            "dropped": dict(chunk_report.dropped),
+            **parsed.report,
+        }
         return chunks, report, parsed.text
 
     def _settle(
