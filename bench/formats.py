@@ -195,7 +195,6 @@ FORMATS: dict[str, tuple[str, Callable[[list[Section]], bytes]]] = {
 }
 # Formats whose pages are known: one per abstract (a PNG holds one).
 PAGED = {"pdf", "pptx", "odp", "ppt", "scan-pdf", "scan-ja-pdf", "tiff", "png"}
-OCR = {"scan-pdf", "scan-ja-pdf", "png", "tiff"}
 JAPANESE = {"scan-ja-pdf"}
 
 
