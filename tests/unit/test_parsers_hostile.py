@@ -14,6 +14,7 @@ import pytest
 from ragkb_core import formats
 from ragkb_core.errors import ParseFailed, PayloadTooLarge
 from ragkb_core.settings import LimitSettings
+from ragkb_worker.parsers import archive as archive_module
 from ragkb_worker.parsing import parse
 
 W = 'xmlns:w="http://schemas.openxmlformats.org/wordprocessingml/2006/main"'
@@ -223,3 +224,16 @@ def test_an_image_whose_header_claims_billions_of_pixels_is_refused_before_decod
 def test_an_image_is_refused_when_the_kb_has_ocr_off() -> None:
     with pytest.raises(ParseFailed, match="OCR is off"):
         parse(formats.PNG, b"\x89PNG\r\n\x1a\n", ocr=False)
+
+
+def test_a_slide_larger_than_a_part_read_whole_is_refused_before_it_is_parsed(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(archive_module, "MAX_WHOLE_PART_BYTES", 1024)
+    data = archive(
+        {
+            "[Content_Types].xml": CONTENT_TYPES,
+            "ppt/presentation.xml": "<p:presentation/>",
+            "ppt/slides/slide1.xml": "<p:sld>" + "<a:t>x</a:t>" * 500 + "</p:sld>",
+        }
+    )
+    with pytest.raises(PayloadTooLarge, match=r"part ppt/slides/slide1.xml is \d+ bytes of XML, more than the 1024"):
+        parse(formats.PPTX, data)

@@ -26,8 +26,10 @@ from ragkb_worker.parsers.office import MAIN_PARTS, check_office_archive
 KIND = MAIN_PARTS[formats.XLSX][1]
 SHARED_STRINGS = "xl/sharedStrings.xml"
 _MAIN = "{http://schemas.openxmlformats.org/spreadsheetml/2006/main}"
-# Parts openpyxl streams; every other part is read whole.
-_STREAMED_PREFIX = "xl/worksheets/"
+# Parts openpyxl loads whole in read-only mode (worksheets are streamed; pivot caches, drawings and the like
+# are not read at all).
+_WHOLE_PARTS = ("[Content_Types].xml", "xl/workbook.xml", "xl/styles.xml", "xl/_rels/workbook.xml.rels")
+_WHOLE_PREFIXES = ("docProps/", "xl/theme/")
 # Cells visited (empty ones included: a row is as wide as its last cell) per character of the text limit.
 _CELLS_PER_CHAR = 4
 
@@ -53,7 +55,7 @@ def parse_xlsx(data: bytes, options: ParseOptions) -> ParsedDocument:
 
 def _check_parts(archive: zipfile.ZipFile, max_chars: int) -> None:
     for name in archive.namelist():
-        if name.endswith(".xml") and not name.startswith(_STREAMED_PREFIX) and name != SHARED_STRINGS:
+        if name in _WHOLE_PARTS or name.startswith(_WHOLE_PREFIXES):
             check_whole_part(archive, name, KIND)
     if SHARED_STRINGS in archive.namelist():
         _check_shared_strings(archive, max_chars)

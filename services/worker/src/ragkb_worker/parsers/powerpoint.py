@@ -24,13 +24,15 @@ from ragkb_worker.parsers.model import ParsedDocument, ParseOptions
 from ragkb_worker.parsers.office import MAIN_PARTS, check_office_archive, check_page_count, slide_count
 
 KIND = MAIN_PARTS[formats.PPTX][1]
+# The parts python-pptx parses into trees when the slides are read.
+_TREE_PARTS = ("ppt/presentation.xml", "ppt/slides/", "ppt/notesSlides/", "ppt/slideLayouts/", "ppt/slideMasters/")
 
 
 def parse_pptx(data: bytes, options: ParseOptions) -> ParsedDocument:
     archive = check_office_archive(data, formats.PPTX, options.limits)
     check_page_count(slide_count(archive), "slides", options.limits)
     for name in archive.namelist():
-        if name.endswith(".xml"):
+        if name.endswith(".xml") and name.startswith(_TREE_PARTS):
             check_whole_part(archive, name, KIND)
     builder = OutlineBuilder(options.limits.max_text_chars)
     with library_errors(KIND):
