@@ -3,6 +3,7 @@ by the real engines: Tesseract and LibreOffice from Debian's packages, PDFium, p
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import textwrap
@@ -53,6 +54,7 @@ def test_only_the_scanned_page_of_a_pdf_is_ocred_and_keeps_its_page_number() -> 
     assert ocr["pages"] == [2, 3]
     assert ocr["mean_confidence"] is not None and ocr["mean_confidence"] > 70
     assert set(ocr["page_confidence"]) == {"2", "3"}
+    assert ocr["vertical_pages"] == []
 
 
 def test_a_page_range_is_read_on_its_own_and_ranges_assemble_into_the_document() -> None:
@@ -95,6 +97,17 @@ def test_images_are_read_by_ocr(filename: str, image_format: str, lines: list[st
     document = parsed(filename, documents.image_bytes(lines, image_format))
     assert phrase in document.text
     assert document.sections[0].page == 1
+
+
+def test_vertical_japanese_is_read_with_the_vertical_model() -> None:
+    columns = ["就業規則第十二条", "従業員は所属長の承認を得て", "週二日を上限として在宅勤務を", "行うことができる。"]
+    buffer = io.BytesIO()
+    documents.vertical_text_image(columns).save(buffer, format="PNG")
+    document = parsed("notice.png", buffer.getvalue())
+    assert "在宅勤務" in document.text and "所属長の承認" in document.text
+    ocr = document.report["ocr"]
+    assert isinstance(ocr, dict) and ocr["mean_confidence"] > 70
+    assert ocr["vertical_pages"] == [1]
 
 
 def test_each_frame_of_a_tiff_is_a_page() -> None:

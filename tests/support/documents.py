@@ -55,6 +55,19 @@ def text_image(lines: Sequence[str], width: int = 1654, height: int = 2339, size
     return image
 
 
+def vertical_text_image(columns: Sequence[str], size: int = 48) -> Image.Image:
+    """Japanese written top to bottom, columns from right to left (縦書き), as in many contracts and notices."""
+    image = Image.new("L", (1654, 2339), 255)
+    draw = ImageDraw.Draw(image)
+    font = ImageFont.truetype(str(japanese_font()), size)
+    x = image.width - size * 3
+    for column in columns:
+        for row, char in enumerate(column):
+            draw.text((x, size * 3 + row * int(size * 1.15)), char, font=font, fill=0)
+        x -= int(size * 2.2)
+    return image
+
+
 def image_bytes(lines: Sequence[str], image_format: str, width: int = 1400, height: int = 500) -> bytes:
     buffer = io.BytesIO()
     text_image(lines, width, height, size=36).convert("RGB" if image_format == "JPEG" else "L").save(

@@ -19,7 +19,7 @@ import io
 import os
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from PIL import Image
 
@@ -44,6 +44,7 @@ class OcrText:
     text: str
     confidence: float | None  # mean word confidence weighted by characters; None: no word was read
     seconds: float
+    languages: str = LANGUAGES  # the Tesseract languages of the reading kept
 
 
 def recognise(image: Image.Image, options: ParseOptions, what: str) -> OcrText:
@@ -55,7 +56,7 @@ def recognise(image: Image.Image, options: ParseOptions, what: str) -> OcrText:
         vertical = _read(pixels, VERTICAL_LANGUAGES, options, what)
         if (vertical.confidence or 0.0) > (reading.confidence or 0.0):
             reading = vertical
-    return OcrText(reading.text, reading.confidence, round(time.monotonic() - started, 3))
+    return OcrText(reading.text, reading.confidence, round(time.monotonic() - started, 3), reading.languages)
 
 
 def check_time_left(options: ParseOptions, done: int, total: int) -> None:
@@ -97,7 +98,7 @@ def _read(pixels: bytes, languages: str, options: ParseOptions, what: str) -> Oc
         raise ParseFailed(f"OCR of {what} took longer than {timeout:g} s (RAGKB_LIMITS__OCR_PAGE_TIMEOUT_S)") from exc
     if done.returncode != 0:
         raise _failure(done.stderr.decode(errors="replace"), what)
-    return _text(done.stdout.decode(errors="replace"))
+    return replace(_text(done.stdout.decode(errors="replace")), languages=languages)
 
 
 def _environment() -> dict[str, str]:

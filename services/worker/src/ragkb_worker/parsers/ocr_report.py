@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ragkb_worker.parsers.ocr import LANGUAGES, LOW_CONFIDENCE, OcrText
+from ragkb_worker.parsers.ocr import LANGUAGES, LOW_CONFIDENCE, VERTICAL_LANGUAGES, OcrText
 
 
 def ocr_report(readings: list[tuple[int, OcrText]]) -> dict[str, object]:
@@ -19,5 +19,6 @@ def ocr_report(readings: list[tuple[int, OcrText]]) -> dict[str, object]:
         "page_confidence": {str(page): confidence for page, confidence in confidences},
         "low_confidence_pages": [page for page, confidence in confidences if confidence < LOW_CONFIDENCE],
         "pages_without_text": [page for page, r in readings if not r.text.strip()],
+        "vertical_pages": [page for page, r in readings if r.languages == VERTICAL_LANGUAGES],
         "seconds": round(sum(r.seconds for _, r in readings), 2),
     }
