@@ -34,10 +34,10 @@ _BLOCKS = frozenset(
     {"p", "div", "section", "article", "main", "header", "footer", "aside", "nav", "li", "ul", "ol", "dl", "dt", "dd"}
     | {"blockquote", "pre", "form", "fieldset", "figure", "figcaption", "address", "details", "summary", "hr"}
 )
-# Page furniture that HTML marks as such: navigation, sidebars, footers (and a <header> outside the content).
+# Page furniture that HTML marks as such: navigation, sidebars, footers.
 _BOILERPLATE = frozenset({"nav", "aside", "footer"})
-_BOILERPLATE_ROLES = frozenset({"navigation", "banner", "contentinfo", "complementary", "search"})
-_CONTENT = frozenset({"main", "article"})
+# A page's <header> (role banner) often holds its title: it stays, with the navigation inside it dropped.
+_BOILERPLATE_ROLES = frozenset({"navigation", "contentinfo", "complementary", "search"})
 # A <br> inside text, kept apart from the source's own line breaks (which are mere spaces).
 _BREAK = "\u2028"
 
@@ -87,7 +87,7 @@ def main_content(html: str) -> str | None:
 
 def read_html_into(builder: OutlineBuilder, html: str, *, drop_boilerplate: bool = False) -> None:
     """Write the visible text of `html` into `builder` (an EPUB's chapters, a mail's HTML body share one).
-    `drop_boilerplate`: leave out navigation, sidebars, footers and page headers marked as such."""
+    `drop_boilerplate`: leave out navigation, sidebars and footers marked as such."""
     reader = _OutlineReader(builder, drop_boilerplate)
     reader.feed(html)
     reader.close()
@@ -99,7 +99,6 @@ class _OutlineReader(HTMLParser):
         super().__init__(convert_charrefs=True)
         self._builder = builder
         self._drop_boilerplate = drop_boilerplate
-        self._content_depth = 0  # inside <main> or <article>, where a <header> is the content's own
         self._boilerplate: tuple[str, int] | None = None  # the tag that opened it, and its nesting inside it
         self._hidden_depth = 0
         self._inline: list[str] = []
@@ -109,7 +108,6 @@ class _OutlineReader(HTMLParser):
         self._rows: list[list[str]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self._content_depth += tag in _CONTENT
         if self._drop_boilerplate and self._enter_boilerplate(tag, attrs):
             return
         if tag in _HIDDEN:
@@ -130,7 +128,6 @@ class _OutlineReader(HTMLParser):
         self._pre_depth += tag == "pre"
 
     def handle_endtag(self, tag: str) -> None:
-        self._content_depth = max(0, self._content_depth - (tag in _CONTENT))
         if self._boilerplate is not None:
             self._leave_boilerplate(tag)
             return
@@ -160,8 +157,7 @@ class _OutlineReader(HTMLParser):
             self._boilerplate = (opener, depth + (tag == opener))
             return True
         role = next((value for name, value in attrs if name == "role"), None)
-        page_header = tag == "header" and not self._content_depth
-        if tag in _BOILERPLATE or page_header or role in _BOILERPLATE_ROLES:
+        if tag in _BOILERPLATE or role in _BOILERPLATE_ROLES:
             self._flush()
             self._boilerplate = (tag, 1)
             return True
