@@ -93,7 +93,8 @@ class IngestPipeline:
     def run(self, claim: Claim) -> IngestOutcome:
         clock = StageClock()
         superseded = IngestOutcome(claim.document_id, "superseded")
-        chunks, report, text = self._prepare(claim, clock)
+        # OCR can outlast the lease: each OCRed page renews the claim (a newer version is noticed after parsing).
+        chunks, report, text = self._prepare(claim, clock, heartbeat=partial(self._ledger.renew, claim))
         # The analyzer and model of the claim, not of a renewal: one document's chunks all carry one analyzer
         # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
@@ -149,13 +150,13 @@ class IngestPipeline:
             sparse.extend(bm25.encode_document(text) for text in piece)
         return np.concatenate(dense_parts), sparse
 
-    def _prepare(self, claim: Claim, clock: StageClock) -> tuple[list[Chunk], dict[str, object], str]:
+    def _prepare(
+        self, claim: Claim, clock: StageClock, heartbeat: Callable[[], object] | None = None
+    ) -> tuple[list[Chunk], dict[str, object], str]:
         with clock.stage("parse"):
             data = self._blobs.read(claim.blob_sha256)
             if len(data) > self._limits.max_upload_bytes:
                 raise PayloadTooLarge(f"the stored original is larger than {self._limits.max_upload_bytes} bytes")
-            # OCR can outlast the lease: each page renews the claim (a newer version is noticed after parsing).
-            heartbeat = partial(self._ledger.renew, claim)
             parsed = parse(claim.media_type, data, self._limits, ocr=claim.chunking.ocr, heartbeat=heartbeat)
             if len(parsed.text) > self._limits.max_text_chars:
                 raise PayloadTooLarge(f"the extracted text is longer than {self._limits.max_text_chars} characters")
