@@ -6,10 +6,12 @@ the right page or heading path; a hostile file of each new type ends `failed` wi
 
 from __future__ import annotations
 
+import functools
 import io
 import struct
 import zipfile
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,13 +28,14 @@ CAFETERIA = "The cafeteria serves lunch from noon until two o'clock."
 @dataclass(frozen=True)
 class Sample:
     filename: str
-    content: bytes
+    build: Callable[[], bytes]  # made when the module's KB is filled, not when the tests are collected
     question: str
     answer: str  # a phrase of the passage that must be the top result
     heading: tuple[str, ...] | None = None  # the top result's heading path
     page: int | None = None
 
 
+@functools.cache
 def legacy_office() -> dict[str, bytes]:
     """.doc, .xls and .ppt written by LibreOffice (no Python writer exists for them)."""
     word = documents.odt_file(
@@ -52,14 +55,13 @@ def legacy_office() -> dict[str, bytes]:
 
 
 def samples() -> list[Sample]:
-    legacy = legacy_office()
     price_rows = [["Item", "Price", "Stock"], *([f"Widget {n}", f"{n * 100} yen", str(n)] for n in range(1, 36))]
     kestrel = documents.ruled_table_pdf("Kestrel shop price list", [["Item", "Price"], ["Brass lamp", "7 euros"]])
     nav = "".join(f'<li><a href="/p{i}">Zephyr menu item {i}</a></li>' for i in range(30))
     return [
         Sample(
             "expense-form.pdf",
-            documents.scanned_pdf(
+            lambda: documents.scanned_pdf(
                 [
                     f"Cafeteria notes\n{CAFETERIA}",
                     ["経費精算申請書", "申請者：山田太郎　所属：営業部", "宿泊費の上限は一泊一万二千円とする。"],
@@ -71,42 +73,46 @@ def samples() -> list[Sample]:
         ),
         Sample(
             "allowance.png",
-            documents.image_bytes(["Expense claim form", "The hotel allowance is 180 dollars per night."], "PNG"),
+            lambda: documents.image_bytes(
+                ["Expense claim form", "The hotel allowance is 180 dollars per night."], "PNG"
+            ),
             "What is the hotel allowance per night?",
             "180 dollars",
             page=1,
         ),
         Sample(
             "shinkansen.jpg",
-            documents.image_bytes(["出張規程", "出張の交通費は新幹線の指定席を利用できる。"], "JPEG"),
+            lambda: documents.image_bytes(["出張規程", "出張の交通費は新幹線の指定席を利用できる。"], "JPEG"),
             "出張で新幹線の指定席は使えますか",
             "指定席",
             page=1,
         ),
         Sample(
             "fax.tiff",
-            documents.multipage_tiff([["Fax cover sheet", CAFETERIA], ["The Orbis visitor badge costs 12 euros."]]),
+            lambda: documents.multipage_tiff(
+                [["Fax cover sheet", CAFETERIA], ["The Orbis visitor badge costs 12 euros."]]
+            ),
             "How much does the Orbis visitor badge cost?",
             "12 euros",
             page=2,
         ),
         Sample(
             "vault.webp",
-            documents.image_bytes(["The Quillon vault opens at 7 am on weekdays."], "WEBP"),
+            lambda: documents.image_bytes(["The Quillon vault opens at 7 am on weekdays."], "WEBP"),
             "When does the Quillon vault open?",
             "7 am",
             page=1,
         ),
         Sample(
             "price-list.pdf",
-            documents.ruled_table_pdf("Price list of the Halden shop", price_rows),
+            lambda: documents.ruled_table_pdf("Price list of the Halden shop", price_rows),
             "What is the price of Widget 27?",
             "Widget 27 | 2700 yen",
             page=1,
         ),
         Sample(
             "newsletter.pdf",
-            documents.two_column_pdf(
+            lambda: documents.two_column_pdf(
                 [
                     "The left column is about the cafeteria,",
                     "which serves lunch from noon until two",
@@ -127,21 +133,21 @@ def samples() -> list[Sample]:
         ),
         Sample(
             "archive.doc",
-            legacy["archive.doc"],
+            lambda: legacy_office()["archive.doc"],
             "How long does the Thornbury records office archive signed contracts?",
             "ten years",
             heading=("Archive rules",),
         ),
         Sample(
             "vehicles.xls",
-            legacy["vehicles.xls"],
+            lambda: legacy_office()["vehicles.xls"],
             "Which parking bay does the van with plate KX-114 use?",
             "KX-114",
             heading=("Vehicles",),
         ),
         Sample(
             "rollout.ppt",
-            legacy["rollout.ppt"],
+            lambda: legacy_office()["rollout.ppt"],
             "When are the Lumen badge readers installed in Osaka?",
             "Lumen badge readers",
             heading=("Rollout",),
@@ -149,27 +155,33 @@ def samples() -> list[Sample]:
         ),
         Sample(
             "remote-work.rtf",
-            documents.rtf_file("在宅勤務規程", [CAFETERIA, "在宅勤務は所属長の承認を得て週3日まで行うことができる。"]),
+            lambda: documents.rtf_file(
+                "在宅勤務規程", [CAFETERIA, "在宅勤務は所属長の承認を得て週3日まで行うことができる。"]
+            ),
             "在宅勤務は週に何日までできますか",
             "週3日",
         ),
         Sample(
             "onboarding.odt",
-            documents.odt_file("Onboarding", [CAFETERIA, "New hires collect their Marlin laptop from the IT kiosk."]),
+            lambda: documents.odt_file(
+                "Onboarding", [CAFETERIA, "New hires collect their Marlin laptop from the IT kiosk."]
+            ),
             "Where do new hires collect their Marlin laptop?",
             "IT kiosk",
             heading=("Onboarding",),
         ),
         Sample(
             "rooms.ods",
-            documents.ods_file({"Rooms": [["Room", "Seats"], ["Tarn meeting room", "14 seats"]]}),
+            lambda: documents.ods_file({"Rooms": [["Room", "Seats"], ["Tarn meeting room", "14 seats"]]}),
             "How many seats does the Tarn meeting room have?",
             "Tarn meeting room",
             heading=("Rooms",),
         ),
         Sample(
             "kickoff.odp",
-            documents.odp_file([("Welcome", CAFETERIA), ("Kickoff", "The Vesper project kickoff is on 3 April.")]),
+            lambda: documents.odp_file(
+                [("Welcome", CAFETERIA), ("Kickoff", "The Vesper project kickoff is on 3 April.")]
+            ),
             "When is the Vesper project kickoff?",
             "3 April",
             heading=("Kickoff",),
@@ -177,7 +189,7 @@ def samples() -> list[Sample]:
         ),
         Sample(
             "handbook.epub",
-            documents.epub_file(
+            lambda: documents.epub_file(
                 "Handbook", [("Meals", CAFETERIA), ("Security", "Lost Corvid keycards are blocked within one hour.")]
             ),
             "How fast are lost Corvid keycards blocked?",
@@ -186,7 +198,7 @@ def samples() -> list[Sample]:
         ),
         Sample(
             "prices.eml",
-            documents.mail_file(
+            lambda: documents.mail_file(
                 "Kestrel shop prices",
                 f"Hello team,\n\n{CAFETERIA}\n\nThe price list is attached.",
                 {"kestrel.pdf": (kestrel, "application/pdf")},
@@ -198,7 +210,7 @@ def samples() -> list[Sample]:
         ),
         Sample(
             "badges.msg",
-            outlook_message(
+            lambda: outlook_message(
                 "Visitor badges",
                 "Hanako Sato",
                 "team@example.com",
@@ -214,7 +226,7 @@ def samples() -> list[Sample]:
                 f"<html><body><header><nav><ul>{nav}</ul></nav></header><main><h1>Badge policy</h1>"
                 f"<p>{CAFETERIA}</p><h2>Lost badges</h2><p>Lost Harbor badges are replaced by security within "
                 "one working day.</p></main><footer>© 2026 Zephyr Corp. All rights reserved.</footer></body></html>"
-            ).encode(),
+            ).encode,
             "How quickly are lost Harbor badges replaced?",
             "one working day",
             heading=("Badge policy", "Lost badges"),
@@ -232,7 +244,7 @@ def documents_kb(ragkb: RunningRagkb, tmp_path_factory: pytest.TempPathFactory) 
     ids = {"kb_id": kb_id}
     for sample in SAMPLES:
         path = folder / sample.filename
-        path.write_bytes(sample.content)
+        path.write_bytes(sample.build())
         ids[sample.filename] = str(ragkb.upload_file(kb_id, path)["id"])
     for sample in SAMPLES:
         done = ragkb.wait_document(kb_id, ids[sample.filename])
