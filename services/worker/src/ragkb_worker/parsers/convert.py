@@ -1,9 +1,9 @@
 """Legacy formats converted by LibreOffice (Debian's `libreoffice-*-nogui`) in a sandboxed subprocess.
 
 Each conversion runs `soffice --headless --convert-to` in a fresh temporary folder with its own user profile
-(a copy of one made once per process: starting from nothing costs a few seconds), under resource limits
-(address space, written file size, CPU seconds, open files) and a wall-clock timeout after which its whole
-process group is killed. The profile turns macros off and never updates links to other files or URLs, so a
+(a copy of one made once per process: starting from nothing costs a few seconds), under resource limits set
+by prlimit (address space, written file size, CPU seconds, open files) and a wall-clock timeout after which
+its whole process group is killed. The profile turns macros off and never updates links to other files or URLs, so a
 converted file cannot pull in content from the machine it is converted on. The input and output sizes are
 bounded; the output is parsed by ragkb's own parser for its format (.docx, .pptx).
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -136,20 +135,13 @@ def _run(command: list[str], work: Path, kind: str, limits: LimitSettings) -> No
         "LANG": "C.UTF-8",
         "SAL_USE_VCLPLUGIN": "svp",
     }
-    process = subprocess.Popen(
-        command,
-        cwd=work,
-        env=environment,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,  # its own process group: a timeout kills every process it started
-        preexec_fn=lambda: _limit_resources(limits, timeout),  # noqa: PLW1509 - no threads are started in the child
-    )
+    try:
+        process = _start([*_resource_limits(limits, timeout), *command], work, environment)
+    except FileNotFoundError as exc:
+        raise ParseFailed(f"{kind} files cannot be read on this server: {exc.filename} is not installed") from exc
     try:
         process.wait(timeout=timeout)
     except subprocess.TimeoutExpired as exc:
-        _kill_group(process)
         raise ParseFailed(
             f"the {kind} file could not be converted within {timeout:g} s (RAGKB_LIMITS__CONVERT_TIMEOUT_S)"
         ) from exc
@@ -157,14 +149,32 @@ def _run(command: list[str], work: Path, kind: str, limits: LimitSettings) -> No
         _kill_group(process)
 
 
-def _limit_resources(limits: LimitSettings, timeout: float) -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (_ADDRESS_SPACE_BYTES, _ADDRESS_SPACE_BYTES))
+def _start(command: list[str], work: Path, environment: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        command,
+        cwd=work,
+        env=environment,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: a timeout kills every process it started
+    )
+
+
+def _resource_limits(limits: LimitSettings, timeout: float) -> list[str]:
+    """util-linux's prlimit (in every Debian) sets the limits the conversion and its children run under: the
+    worker may run threads, so no Python code runs between fork and exec."""
     written = limits.max_upload_bytes * 4
-    resource.setrlimit(resource.RLIMIT_FSIZE, (written, written))
     cpu = int(timeout * _CPU_SECONDS_PER_TIMEOUT_SECOND) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-    resource.setrlimit(resource.RLIMIT_NOFILE, (_OPEN_FILES, _OPEN_FILES))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    return [
+        shutil.which("prlimit") or "prlimit",
+        f"--as={_ADDRESS_SPACE_BYTES}",
+        f"--fsize={written}",
+        f"--cpu={cpu}",
+        f"--nofile={_OPEN_FILES}",
+        "--core=0",
+        "--",
+    ]
 
 
 def _kill_group(process: subprocess.Popen[bytes]) -> None:
