@@ -237,3 +237,10 @@ def test_a_slide_larger_than_a_part_read_whole_is_refused_before_it_is_parsed(mo
     )
     with pytest.raises(PayloadTooLarge, match=r"part ppt/slides/slide1.xml is \d+ bytes of XML, more than the 1024"):
         parse(formats.PPTX, data)
+
+
+def test_a_body_of_empty_paragraphs_is_stopped_by_its_element_count() -> None:
+    # No text at all, so the text limit never trips: the parse events are bounded by it instead.
+    body = f"<w:document {W}><w:body>{'<w:p/>' * 100_000}</w:body></w:document>"
+    with pytest.raises(PayloadTooLarge, match=r"more than 8 elements per character of the text limit \(10000"):
+        parse(formats.DOCX, docx_with_body(body), LimitSettings(max_text_chars=10_000))

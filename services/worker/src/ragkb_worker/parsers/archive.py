@@ -26,6 +26,9 @@ from ragkb_core.settings import LimitSettings
 # smaller than this: a tree costs ~15 times its XML in memory, so a 190 MB part cost a worker 3 GB.
 # Parts that are streamed (a Word body, a sheet, OpenDocument content) are bounded by the text limit instead.
 MAX_WHOLE_PART_BYTES = 32 * 1024 * 1024
+# Parse events a streamed part may yield per character of the text limit. Real documents yield well under one
+# (a paragraph of 100 characters in five runs: about 14); a table of one-letter cells about 8.
+EVENTS_PER_TEXT_CHAR = 8
 # How much of each XML part is looked at for a DTD declaration (it can only be in the prolog).
 _PROLOG_BYTES = 4096
 # Errors of a member that is truncated, corrupt or larger than its recorded size.
@@ -97,12 +100,15 @@ def member_errors(kind: str, name: str) -> Iterator[None]:
 
 
 def iterparse(
-    source: IO[bytes], tags: tuple[str, ...], events: tuple[str, ...] = ("end",)
+    source: IO[bytes], tags: tuple[str, ...], events: tuple[str, ...] = ("end",), *, max_text_chars: int
 ) -> Iterator[tuple[str, etree._Element]]:
     """Stream the elements named by `tags` (Clark notation) from `source`, each cleared once handled.
 
     Nothing is kept: after each event the element's earlier siblings are dropped, so memory stays that of the
-    current element's ancestors, however long the part is."""
+    current element's ancestors, however long the part is. Time is bounded too: a part may yield at most
+    EVENTS_PER_TEXT_CHAR events per character of the text limit (a body of millions of empty paragraphs holds
+    no text, so the text limit alone would not stop it)."""
+    budget = EVENTS_PER_TEXT_CHAR * max_text_chars
     parser = etree.iterparse(
         source,
         events=events,
@@ -115,6 +121,12 @@ def iterparse(
         remove_pis=True,
     )
     for event, element in parser:
+        budget -= 1
+        if budget < 0:
+            raise PayloadTooLarge(
+                f"the part holds more than {EVENTS_PER_TEXT_CHAR} elements per character of the text limit "
+                f"({max_text_chars}, RAGKB_LIMITS__MAX_TEXT_CHARS): empty paragraphs, runs or cells by the million"
+            )
         yield event, element
         if event == "end":
             _forget(element)

@@ -66,7 +66,7 @@ def _check_shared_strings(archive: zipfile.ZipFile, max_chars: int) -> None:
     before openpyxl loads them all."""
     total = 0
     with streamed_member(archive, SHARED_STRINGS, KIND) as stream:
-        for _, element in iterparse(stream, (f"{_MAIN}t", f"{_MAIN}si")):
+        for _, element in iterparse(stream, (f"{_MAIN}t", f"{_MAIN}si"), max_text_chars=max_chars):
             total += len(element.text or "") if element.tag == f"{_MAIN}t" else 1
             if total > max_chars:
                 raise PayloadTooLarge(

@@ -62,7 +62,7 @@ def parse_opendocument(data: bytes, options: ParseOptions, media_type: str) -> P
     builder = OutlineBuilder(options.limits.max_text_chars)
     reader = _ContentReader(builder, media_type, options)
     with streamed_member(archive, CONTENT, kind) as stream:
-        for event, element in iterparse(stream, _TAGS, events=("start", "end")):
+        for event, element in iterparse(stream, _TAGS, ("start", "end"), max_text_chars=options.limits.max_text_chars):
             reader.handle(event, element)
     parsed = builder.build()
     if media_type == formats.ODT:

@@ -118,7 +118,7 @@ class _BodyReader:
 
     def read(self, archive: zipfile.ZipFile) -> None:
         with streamed_member(archive, BODY, KIND) as stream:
-            for event, element in iterparse(stream, _TAGS, events=("start", "end")):
+            for event, element in iterparse(stream, _TAGS, ("start", "end"), max_text_chars=self._max_chars):
                 if event == "start":
                     self._start(element.tag)
                 else:
