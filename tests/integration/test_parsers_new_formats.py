@@ -113,6 +113,13 @@ def test_vertical_japanese_is_read_with_the_vertical_model() -> None:
     assert ocr["vertical_pages"] == [1]
 
 
+def test_an_image_without_text_fails_with_that_reason() -> None:
+    blank = io.BytesIO()
+    documents.text_image([], 800, 600).save(blank, format="PNG")
+    with pytest.raises(ParseFailed, match=r"OCR found no text in the image"):
+        parse(formats.PNG, blank.getvalue())
+
+
 def test_each_frame_of_a_tiff_is_a_page() -> None:
     data = documents.multipage_tiff([["First page about lunch."], ["The Orbis badge costs 12 euros."]])
     document = parsed("fax.tiff", data)

@@ -41,6 +41,8 @@ def parse_image(data: bytes, options: ParseOptions) -> ParsedDocument:
         builder.reset_path([], page=number)
         builder.block(reading.text)
     parsed = builder.build()
+    if not parsed.text.strip():
+        raise ParseFailed(f"OCR found no text in the image ({frames} page(s))")
     return ParsedDocument(parsed.text, parsed.sections, {"ocr": ocr_report(readings)})
 
 
