@@ -10,6 +10,7 @@ bounded; the output is parsed by ragkb's own parser for its format (.docx, .pptx
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
 import shutil
@@ -59,6 +60,7 @@ class _ProfileTemplate:
         with self._lock:
             if self._path is None or not self._path.is_dir():
                 self._path = _make_template(soffice, limits)
+                atexit.register(shutil.rmtree, self._path, ignore_errors=True)
             return self._path
 
 
