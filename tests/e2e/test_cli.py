@@ -192,9 +192,9 @@ def test_a_file_that_fails_to_ingest_makes_the_sync_exit_1(
 ) -> None:
     name, kb_id, folder = synced
     (folder / "broken.pdf").write_bytes(b"%PDF-1.7\n" + secrets.token_bytes(4096))  # accepted, fails to parse
-    png = b"\x89PNG\r\n\x1a\n" + secrets.token_bytes(64)
-    (folder / "image.png").write_bytes(png)  # not a type the KB syncs: excluded by the plan
-    (folder / "scan.txt").write_bytes(png)  # a .txt the upload refuses with 415
+    gif = b"GIF89a" + secrets.token_bytes(64)
+    (folder / "image.gif").write_bytes(gif)  # not a type the KB syncs: excluded by the plan
+    (folder / "scan.txt").write_bytes(gif)  # a .txt the upload refuses with 415
     # The server waits an hour for an upload that never came; the CLI must not (the subprocess times out first).
     result = cli("sync", str(folder), "--kb", name, "--timeout", "120")
     assert result.returncode == 1, result.stderr
@@ -202,6 +202,6 @@ def test_a_file_that_fails_to_ingest_makes_the_sync_exit_1(
     failed = sorted(line for line in result.stderr.splitlines() if line.startswith("failed "))
     assert [line.split(":")[0] for line in failed] == ["failed broken.pdf", "failed scan.txt"]
     assert "Unsupported media type" in failed[1]
-    assert any(line.startswith("excluded image.png: ") for line in result.stderr.splitlines())
+    assert any(line.startswith("excluded image.gif: ") for line in result.stderr.splitlines())
     documents = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents").json()
     assert {doc["source_id"]: doc["status"] for doc in documents}["broken.pdf"] == "failed"

@@ -127,7 +127,7 @@ def test_bad_uploads_get_clear_errors_and_store_nothing(ragkb: RunningRagkb, tmp
     documents = f"/v1/knowledge-bases/{kb_id}/documents"
     oversize = ragkb.client.post(documents, files={"file": ("big.txt", b"a" * (3 * 1024 * 1024))})
     assert oversize.status_code == 413 and oversize.headers["content-type"].startswith(PROBLEM)
-    binary = ragkb.client.post(documents, files={"file": ("image.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 100)})
+    binary = ragkb.client.post(documents, files={"file": ("image.gif", b"GIF89a" + b"\0" * 100)})
     assert binary.status_code == 415 and ".md" in binary.json()["supported_extensions"]
     assert ragkb.client.post(documents, json={"text": ""}).status_code == 422
     assert (
@@ -239,6 +239,7 @@ def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: Running
         "max_tokens": 200,
         "overlap_tokens": 32,
         "noise_patterns": ["^Page \\d+$"],
+        "ocr": True,
     }
     invalid = [
         {"noise_patterns": ["(unclosed"]},

@@ -376,7 +376,7 @@ def upload_raw(ragkb: RunningRagkb, kb_id: str, filename: str, content: bytes) -
 @pytest.mark.parametrize(
     ("filename", "content"),
     [
-        ("photo.png", b"\x89PNG\r\n\x1a\n" + bytes(64)),
+        ("photo.gif", b"GIF89a" + bytes(64)),
         ("notes.txt", b"\x7fELF\x02\x01\x01" + bytes(64)),
         ("archive.docx", plain_zip()),
         ("drawing.heic", b"plain words"),
@@ -391,7 +391,7 @@ def test_unsupported_or_binary_content_is_refused_with_415(
     assert ".pdf" in problem["supported_extensions"] and ".docx" in problem["supported_extensions"]
 
 
-def test_a_scanned_pdf_ends_failed_with_the_reason(
+def test_a_scan_without_text_ends_failed_with_the_reason(
     ragkb: RunningRagkb, formats_kb: dict[str, str], tmp_path: Path
 ) -> None:
     buffer = io.BytesIO()
@@ -404,4 +404,5 @@ def test_a_scanned_pdf_ends_failed_with_the_reason(
     accepted = ragkb.upload_file(formats_kb["kb_id"], path)
     failed = ragkb.wait_document(formats_kb["kb_id"], str(accepted["id"]))
     assert failed["status"] == "failed"
-    assert "no text layer" in failed["error"]
+    # A white image: OCR reads it (OCR is on by default) and finds nothing.
+    assert "OCR found no text" in failed["error"]

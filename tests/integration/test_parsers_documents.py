@@ -117,13 +117,15 @@ def test_pdf_chunks_are_verbatim_and_chapter_lines_alone_are_dropped(regulation_
     assert article.text == "第十二条（始業時刻）始業時刻は午前9時とする。\n2 終業時刻は午後6時とする。"
 
 
-def test_a_scanned_pdf_fails_with_a_readable_reason() -> None:
+def test_a_scan_without_text_fails_with_a_readable_reason() -> None:
     buffer = io.BytesIO()
     drawing = canvas.Canvas(buffer)
     drawing.drawImage(ImageReader(Image.new("RGB", (120, 80), "white")), 50, 500, 120, 80)
     drawing.showPage()
     drawing.save()
-    with pytest.raises(ParseFailed, match=r"no text layer.*OCR"):
+    with pytest.raises(ParseFailed, match=r"no text layer.*OCR is off"):
+        parse(formats.PDF, buffer.getvalue(), ocr=False)
+    with pytest.raises(ParseFailed, match=r"OCR found no text on the PDF's 1 scanned page"):
         parse(formats.PDF, buffer.getvalue())
 
 

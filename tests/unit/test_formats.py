@@ -21,9 +21,9 @@ def test_text_formats_are_recognised(filename: str | None, declared: str | None,
 
 
 def test_binary_content_is_refused_whatever_the_name() -> None:
-    # A PDF is a supported format now (recognised by its content): an image stands for unsupported binaries.
+    # PDFs and PNG images are supported now (recognised by their content): a GIF stands for unsupported binaries.
     with pytest.raises(UnsupportedMediaType) as caught:
-        detect_media_type("report.txt", b"\x89PNG\r\n\x1a\n...")
+        detect_media_type("report.txt", b"GIF89a...")
     assert ".md" in caught.value.extra["supported_extensions"]
 
 

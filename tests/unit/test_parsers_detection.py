@@ -8,6 +8,7 @@ import zipfile
 
 import pytest
 
+from ragkb_core import formats
 from ragkb_core.errors import UnsupportedMediaType
 from ragkb_core.formats import (
     CSV,
@@ -105,8 +106,8 @@ def test_zip_entry_names_are_read_from_local_headers() -> None:
 @pytest.mark.parametrize(
     ("head", "reason"),
     [
-        (b"\x89PNG\r\n\x1a\n....", "PNG image"),
-        (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1....", "legacy Office"),
+        (b"GIF89a....", "GIF image"),
+        (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1....", "compound file whose kind cannot be told"),
         (b"\x7fELF\x02\x01", "executable"),
         (b"abc\x00\x01\x02def", "binary"),
     ],
@@ -140,3 +141,81 @@ def test_unknown_extension_is_refused_with_the_supported_list() -> None:
     supported = caught.value.extra["supported_extensions"]
     for extension in (".pdf", ".docx", ".xlsx", ".pptx", ".csv", ".ts", ".dart", ".sql", ".yaml"):
         assert extension in supported
+
+
+# -- the formats added with OCR, legacy Office, OpenDocument, EPUB and mail -----------------------------------
+
+
+def stored_first(mimetype: str, *members: str) -> bytes:
+    """A zip whose first entry is `mimetype`, stored, as OpenDocument and EPUB require."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(zipfile.ZipInfo("mimetype"), mimetype, compress_type=zipfile.ZIP_STORED)
+        for name in members:
+            archive.writestr(name, "<x/>", compress_type=zipfile.ZIP_DEFLATED)
+    return buffer.getvalue()
+
+
+@pytest.mark.parametrize(
+    ("head", "expected"),
+    [
+        (b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR", formats.PNG),
+        (b"\xff\xd8\xff\xe0\0\x10JFIF", formats.JPEG),
+        (b"II*\0\x08\0\0\0", formats.TIFF),
+        (b"MM\0*\0\0\0\x08", formats.TIFF),
+        (b"RIFF\x24\0\0\0WEBPVP8 ", formats.WEBP),
+        (b"{\\rtf1\\ansi\\ansicpg932 hello}", formats.RTF),
+        (stored_first(formats.ODT, "content.xml"), formats.ODT),
+        (stored_first(formats.ODS, "content.xml"), formats.ODS),
+        (stored_first(formats.ODP, "content.xml"), formats.ODP),
+        (stored_first(formats.EPUB, "META-INF/container.xml"), formats.EPUB),
+    ],
+)
+def test_new_binary_formats_are_recognised_by_their_content_whatever_the_name(head: bytes, expected: str) -> None:
+    assert detect_media_type("upload.bin", head[:8192]) == expected
+    assert detect_media_type(None, head[:8192]) == expected
+
+
+def compound_head(*stream_names: str) -> bytes:
+    """The first bytes of a compound file whose directory (right after the header) names these streams."""
+    header = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(504)
+    entries = b"".join((name.encode("utf-16-le") + b"\0\0").ljust(128, b"\0") for name in ("Root Entry", *stream_names))
+    return header + entries
+
+
+@pytest.mark.parametrize(
+    ("streams", "expected"),
+    [
+        (("WordDocument", "1Table"), formats.DOC),
+        (("Workbook",), formats.XLS),
+        (("PowerPoint Document", "Current User"), formats.PPT),
+        (("__substg1.0_0037001F", "__properties_version1.0"), formats.MSG),
+    ],
+)
+def test_compound_files_are_told_apart_by_their_stream_names(streams: tuple[str, ...], expected: str) -> None:
+    assert detect_media_type(None, compound_head(*streams)) == expected
+
+
+def test_a_compound_file_whose_directory_lies_further_in_is_typed_by_its_name_or_refused() -> None:
+    head = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(2000)
+    assert detect_media_type("minutes.doc", head) == formats.DOC
+    with pytest.raises(UnsupportedMediaType, match=r"name it .doc, .xls, .ppt or .msg"):
+        detect_media_type(None, head)
+
+
+def test_a_password_protected_office_file_is_refused_with_the_reason() -> None:
+    with pytest.raises(UnsupportedMediaType, match="password-protected"):
+        detect_media_type("secret.docx", compound_head("EncryptedPackage", "EncryptionInfo"))
+
+
+def test_mail_is_recognised_by_its_name_its_declared_type_or_its_headers() -> None:
+    mail = b"From: Hanako <hanako@example.com>\nTo: team@example.com\nSubject: Parking\n\nPermits cost 35 euros.\n"
+    assert detect_media_type("permits.eml", mail) == formats.EML
+    assert detect_media_type(None, mail, "message/rfc822") == formats.EML
+    assert detect_media_type(None, mail) == formats.EML
+    assert detect_media_type(None, b"From here on, the text is plain.\nNothing else.") == PLAIN_TEXT
+
+
+def test_an_image_name_over_text_content_is_refused() -> None:
+    with pytest.raises(UnsupportedMediaType, match="not a PNG file"):
+        detect_media_type("photo.png", b"just some text")

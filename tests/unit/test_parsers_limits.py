@@ -58,7 +58,7 @@ def test_too_many_slides_are_refused_before_the_presentation_is_read() -> None:
 
 def test_an_unknown_media_type_has_no_parser() -> None:
     with pytest.raises(UnsupportedMediaType) as caught:
-        parse("image/png", b"\x89PNG")
+        parse("image/gif", b"GIF89a")
     assert formats.PDF in caught.value.extra["supported_media_types"]
 
 

@@ -25,6 +25,9 @@ class KbChunking(BaseModel):
     overlap_tokens: int = Field(default=32, ge=0, le=255)
     # Lines matching any of these regular expressions (boilerplate: page headers, disclaimers) are dropped.
     noise_patterns: list[str] = Field(default_factory=list, max_length=MAX_NOISE_PATTERNS)
+    # OCR (Japanese and English) of PDF pages without a text layer and of images; off: a scan fails with
+    # that reason and images are refused at ingestion. Read when a document is parsed.
+    ocr: bool = True
 
     @field_validator("noise_patterns")
     @classmethod

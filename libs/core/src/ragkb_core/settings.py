@@ -167,6 +167,27 @@ class LimitSettings(BaseModel):
         "unpacking: a guard against zip bombs.",
     )
     max_chunks: int = Field(default=20_000, ge=1, description="Most chunks one document may be cut into.")
+    # OCR of scans and images (Tesseract, one subprocess per page): bounded so that a long scan cannot hold a
+    # worker past its task time limit (900 s by default). A document that needs more pages is refused before
+    # any page is read; one that runs out of time fails with that reason.
+    max_ocr_pages: int = Field(
+        default=200, ge=1, description="Most pages without a text layer (or image frames) OCRed in one document."
+    )
+    ocr_time_budget_s: float = Field(
+        default=600.0, gt=0, description="Seconds the OCR of one document (or one page range of it) may take."
+    )
+    ocr_page_timeout_s: float = Field(default=60.0, gt=0, description="Seconds Tesseract may spend on one page.")
+    max_image_pixels: int = Field(
+        default=60_000_000,
+        ge=1,
+        description="Most pixels of an uploaded image (per frame) or of a page rendered for OCR, checked before "
+        "decoding: a guard against decompression bombs.",
+    )
+    convert_timeout_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="Seconds LibreOffice may take to convert one legacy .doc/.ppt or RTF file (killed past it).",
+    )
 
 
 class JobSettings(BaseModel):

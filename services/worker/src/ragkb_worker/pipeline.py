@@ -7,6 +7,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 import numpy as np
@@ -92,7 +93,8 @@ class IngestPipeline:
     def run(self, claim: Claim) -> IngestOutcome:
         clock = StageClock()
         superseded = IngestOutcome(claim.document_id, "superseded")
-        chunks, report, text = self._prepare(claim, clock)
+        # OCR can outlast the lease: each OCRed page renews the claim (a newer version is noticed after parsing).
+        chunks, report, text = self._prepare(claim, clock, heartbeat=partial(self._ledger.renew, claim))
         # The analyzer and model of the claim, not of a renewal: one document's chunks all carry one analyzer
         # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
@@ -148,12 +150,14 @@ class IngestPipeline:
             sparse.extend(bm25.encode_document(text) for text in piece)
         return np.concatenate(dense_parts), sparse
 
-    def _prepare(self, claim: Claim, clock: StageClock) -> tuple[list[Chunk], dict[str, object], str]:
+    def _prepare(
+        self, claim: Claim, clock: StageClock, heartbeat: Callable[[], object] | None = None
+    ) -> tuple[list[Chunk], dict[str, object], str]:
         with clock.stage("parse"):
             data = self._blobs.read(claim.blob_sha256)
             if len(data) > self._limits.max_upload_bytes:
                 raise PayloadTooLarge(f"the stored original is larger than {self._limits.max_upload_bytes} bytes")
-            parsed = parse(claim.media_type, data, self._limits)
+            parsed = parse(claim.media_type, data, self._limits, ocr=claim.chunking.ocr, heartbeat=heartbeat)
             if len(parsed.text) > self._limits.max_text_chars:
                 raise PayloadTooLarge(f"the extracted text is longer than {self._limits.max_text_chars} characters")
         with clock.stage("chunk"):
@@ -163,7 +167,11 @@ class IngestPipeline:
             chunks, chunk_report = chunker.chunk(parsed, claim.chunking.compiled_noise_patterns())
         if not chunks:
             raise ParseFailed("the document has no text to index after chunking")
-        report: dict[str, object] = {"chunks": chunk_report.chunks, "dropped": dict(chunk_report.dropped)}
+        report: dict[str, object] = {
+            "chunks": chunk_report.chunks,
+            "dropped": dict(chunk_report.dropped),
+            **parsed.report,
+        }
         return chunks, report, parsed.text
 
     def _settle(

@@ -1,5 +1,5 @@
 """Assemble a document's text block by block while recording its sections (used by the parsers of formats
-whose text ragkb writes itself: PDF, Office, HTML)."""
+whose text ragkb writes itself: PDF, Office, OpenDocument, HTML, EPUB, mail)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,18 @@ class OutlineBuilder:
         start = self._write("\n".join(lines))
         header = lines[0] if len(lines) > 1 else None
         self._add(start, self._length, kind="table", header=header)
+
+    def embed(self, parsed: ParsedDocument, path: Sequence[str]) -> None:
+        """Another document's text as one block, its sections kept under `path` (a mail's attachment)."""
+        self._close()
+        if not parsed.text.strip():
+            return
+        start = self._write(parsed.text)
+        prefix = tuple(path)
+        for s in parsed.sections:
+            self.sections.append(
+                Section(prefix + s.heading_path, start + s.start, start + s.end, s.page, s.kind, s.header)
+            )
 
     def build(self) -> ParsedDocument:
         self._close()

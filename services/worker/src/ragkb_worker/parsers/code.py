@@ -16,8 +16,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ragkb_core import formats
-from ragkb_core.settings import LimitSettings
-from ragkb_worker.parsers.model import ParsedDocument, Section
+from ragkb_worker.parsers.model import ParsedDocument, ParseOptions, Section
 from ragkb_worker.parsers.text import decode_text
 
 # Longer lines are data (minified code, embedded blobs), never a definition; skipping them also keeps the
@@ -205,10 +204,10 @@ LANGUAGES: dict[str, Language] = {
 }
 
 
-def code_parser(media_type: str) -> Callable[[bytes, LimitSettings], ParsedDocument]:
+def code_parser(media_type: str) -> Callable[[bytes, ParseOptions], ParsedDocument]:
     language = LANGUAGES[media_type]
 
-    def parse_code(data: bytes, limits: LimitSettings) -> ParsedDocument:
+    def parse_code(data: bytes, options: ParseOptions) -> ParsedDocument:
         text = decode_text(data)
         lines = text.split("\n")
         definitions = python_definitions(text) if media_type == formats.PYTHON else None

@@ -6,8 +6,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import replace
 
-from ragkb_core.settings import LimitSettings
-from ragkb_worker.parsers.model import ParsedDocument, Section
+from ragkb_worker.parsers.model import ParsedDocument, ParseOptions, Section
 from ragkb_worker.parsers.regulations import split_regulations
 from ragkb_worker.parsers.text import decode_text
 
@@ -18,7 +17,7 @@ _LINE = re.compile(r"[^\n]*\n?")
 _TABLE_DELIMITER = re.compile(r"^[ \t]*\|?[ \t]*:?-+:?[ \t]*(\|[ \t]*:?-+:?[ \t]*)*\|?[ \t]*$")
 
 
-def parse_markdown(data: bytes, limits: LimitSettings) -> ParsedDocument:
+def parse_markdown(data: bytes, options: ParseOptions) -> ParsedDocument:
     text = decode_text(data)
     sections = [piece for section in markdown_sections(text) for piece in _split_tables(text, section)]
     return ParsedDocument(text=text, sections=split_regulations(text, sections))

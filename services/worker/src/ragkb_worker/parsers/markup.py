@@ -1,17 +1,31 @@
 """HTML: visible text in reading order; h1–h6 give the heading path, tables keep their header row.
 
-The standard library's tolerant HTMLParser is enough: ragkb needs the text and its outline, not a DOM.
+A web page's boilerplate (navigation, cookie banners, sidebars of links, footers) is removed first by
+trafilatura, which keeps the main content as HTML with its headings and tables. Measured against
+readability-lxml on pages with and without boilerplate: both kept a plain document whole and dropped header,
+navigation, cookie banner and footer from an intranet page, but readability kept a Japanese page's navigation
+menu, which trafilatura dropped. When trafilatura finds no main content, or keeps under a tenth of the page's
+text (a page of links, a table of contents), the whole page is read.
+
+The standard library's tolerant HTMLParser then reads the text: ragkb needs the text and its outline, not a DOM.
 """
 
 from __future__ import annotations
 
+import logging
+from dataclasses import replace
 from html.parser import HTMLParser
 
-from ragkb_core.settings import LimitSettings
+import trafilatura
+
 from ragkb_worker.parsers.builder import OutlineBuilder
-from ragkb_worker.parsers.model import ParsedDocument
+from ragkb_worker.parsers.model import ParsedDocument, ParseOptions
 from ragkb_worker.parsers.text import decode_text
 
+_log = logging.getLogger("ragkb.worker")
+logging.getLogger("trafilatura").setLevel(logging.ERROR)
+# Main content shorter than a tenth of the page's text is not trusted: the page is read whole.
+_MIN_MAIN_SHARE = 10
 _HEADINGS = {f"h{level}": level for level in range(1, 7)}
 # Elements whose content a reader never sees as text.
 _HIDDEN = frozenset({"script", "style", "noscript", "template", "head", "svg", "iframe", "object"})
@@ -20,21 +34,72 @@ _BLOCKS = frozenset(
     {"p", "div", "section", "article", "main", "header", "footer", "aside", "nav", "li", "ul", "ol", "dl", "dt", "dd"}
     | {"blockquote", "pre", "form", "fieldset", "figure", "figcaption", "address", "details", "summary", "hr"}
 )
+# Page furniture that HTML marks as such: navigation, sidebars, footers.
+_BOILERPLATE = frozenset({"nav", "aside", "footer"})
+# A page's <header> (role banner) often holds its title: it stays, with the navigation inside it dropped.
+_BOILERPLATE_ROLES = frozenset({"navigation", "contentinfo", "complementary", "search"})
 # A <br> inside text, kept apart from the source's own line breaks (which are mere spaces).
 _BREAK = "\u2028"
 
 
-def parse_html(data: bytes, limits: LimitSettings) -> ParsedDocument:
-    reader = _OutlineReader(OutlineBuilder(limits.max_text_chars))
-    reader.feed(decode_text(data))
+def parse_html(data: bytes, options: ParseOptions) -> ParsedDocument:
+    html = decode_text(data)
+    whole = _read(html, options, drop_boilerplate=False)
+    best = whole
+    semantic = _read(html, options, drop_boilerplate=True)
+    if _keeps_content(semantic, whole, headings=False):  # a sidebar's own headings go with it
+        best = semantic
+    main = main_content(html)
+    if main is not None and _keeps_content(content := _read(main, options, drop_boilerplate=False), best):
+        best = content
+    removed = len(whole.text) - len(best.text)
+    return replace(best, report={"boilerplate_removed_chars": removed}) if removed > 0 else best
+
+
+def _keeps_content(candidate: ParsedDocument, reference: ParsedDocument, *, headings: bool = True) -> bool:
+    """A reading without boilerplate is trusted when it keeps a tenth of the reference's text at least (a page
+    of links may have no main content at all) and, for trafilatura's, every heading of the reference
+    (trafilatura flattens a small page's outline into one paragraph)."""
+    if not candidate.text.strip() or len(candidate.text) * _MIN_MAIN_SHARE < len(reference.text):
+        return False
+    wanted = {s.heading_path[-1] for s in reference.sections if s.heading_path}
+    kept = {s.heading_path[-1] for s in candidate.sections if s.heading_path}
+    return not headings or wanted <= kept
+
+
+def _read(html: str, options: ParseOptions, *, drop_boilerplate: bool) -> ParsedDocument:
+    builder = OutlineBuilder(options.limits.max_text_chars)
+    read_html_into(builder, html, drop_boilerplate=drop_boilerplate)
+    return builder.build()
+
+
+def main_content(html: str) -> str | None:
+    """The page's main content as HTML (headings, paragraphs, lists, tables), or None when none is found."""
+    try:
+        extracted = trafilatura.extract(
+            html, output_format="html", include_tables=True, include_comments=False, favor_recall=True
+        )
+    except Exception as exc:
+        _log.info("no boilerplate removal: %s", type(exc).__name__)
+        return None
+    return extracted if isinstance(extracted, str) and extracted.strip() else None
+
+
+def read_html_into(builder: OutlineBuilder, html: str, *, drop_boilerplate: bool = False) -> None:
+    """Write the visible text of `html` into `builder` (an EPUB's chapters, a mail's HTML body share one).
+    `drop_boilerplate`: leave out navigation, sidebars and footers marked as such."""
+    reader = _OutlineReader(builder, drop_boilerplate)
+    reader.feed(html)
     reader.close()
-    return reader.finish()
+    reader.flush()
 
 
 class _OutlineReader(HTMLParser):
-    def __init__(self, builder: OutlineBuilder) -> None:
+    def __init__(self, builder: OutlineBuilder, drop_boilerplate: bool = False) -> None:
         super().__init__(convert_charrefs=True)
         self._builder = builder
+        self._drop_boilerplate = drop_boilerplate
+        self._boilerplate: tuple[str, int] | None = None  # the tag that opened it, and its nesting inside it
         self._hidden_depth = 0
         self._inline: list[str] = []
         self._heading: int | None = None
@@ -43,6 +108,8 @@ class _OutlineReader(HTMLParser):
         self._rows: list[list[str]] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self._drop_boilerplate and self._enter_boilerplate(tag, attrs):
+            return
         if tag in _HIDDEN:
             self._hidden_depth += 1
         elif tag in _HEADINGS and not self._table_depth:
@@ -61,6 +128,9 @@ class _OutlineReader(HTMLParser):
         self._pre_depth += tag == "pre"
 
     def handle_endtag(self, tag: str) -> None:
+        if self._boilerplate is not None:
+            self._leave_boilerplate(tag)
+            return
         if tag in _HIDDEN:
             self._hidden_depth = max(0, self._hidden_depth - 1)
         elif tag in _HEADINGS and self._heading is not None:
@@ -74,12 +144,30 @@ class _OutlineReader(HTMLParser):
         self._pre_depth = max(0, self._pre_depth - (tag == "pre"))
 
     def handle_data(self, data: str) -> None:
-        if not self._hidden_depth:
+        if not self._hidden_depth and self._boilerplate is None:
             self._inline.append(data)
 
-    def finish(self) -> ParsedDocument:
+    def flush(self) -> None:
         self._flush()
-        return self._builder.build()
+
+    def _enter_boilerplate(self, tag: str, attrs: list[tuple[str, str | None]]) -> bool:
+        """True while inside boilerplate (this tag included); counts the nesting of the tag that opened it."""
+        if self._boilerplate is not None:
+            opener, depth = self._boilerplate
+            self._boilerplate = (opener, depth + (tag == opener))
+            return True
+        role = next((value for name, value in attrs if name == "role"), None)
+        if tag in _BOILERPLATE or role in _BOILERPLATE_ROLES:
+            self._flush()
+            self._boilerplate = (tag, 1)
+            return True
+        return False
+
+    def _leave_boilerplate(self, tag: str) -> None:
+        assert self._boilerplate is not None
+        opener, depth = self._boilerplate
+        if tag == opener:
+            self._boilerplate = (opener, depth - 1) if depth > 1 else None
 
     def _end_heading(self, level: int) -> None:
         title = _collapse("".join(self._inline))

@@ -1,7 +1,8 @@
 """PowerPoint (.pptx): one section per slide (page = slide number) under the slide's title or "Slide N".
 
 A slide's text is its title, then the other shapes' text and tables in their order on the slide, then the
-speaker notes, which often say more than the slide.
+speaker notes, which often say more than the slide. python-pptx builds each part as a tree, so every XML part
+is first checked against the size of a part read whole.
 """
 
 from __future__ import annotations
@@ -17,19 +18,27 @@ from pptx.shapes.group import GroupShape
 from pptx.slide import Slide
 
 from ragkb_core import formats
-from ragkb_core.settings import LimitSettings
+from ragkb_worker.parsers.archive import check_whole_part, library_errors
 from ragkb_worker.parsers.builder import OutlineBuilder
-from ragkb_worker.parsers.model import ParsedDocument
-from ragkb_worker.parsers.office import check_office_archive, check_page_count, slide_count
+from ragkb_worker.parsers.model import ParsedDocument, ParseOptions
+from ragkb_worker.parsers.office import MAIN_PARTS, check_office_archive, check_page_count, slide_count
+
+KIND = MAIN_PARTS[formats.PPTX][1]
+# The parts python-pptx parses into trees when the slides are read.
+_TREE_PARTS = ("ppt/presentation.xml", "ppt/slides/", "ppt/notesSlides/", "ppt/slideLayouts/", "ppt/slideMasters/")
 
 
-def parse_pptx(data: bytes, limits: LimitSettings) -> ParsedDocument:
-    archive = check_office_archive(data, formats.PPTX, limits)
-    check_page_count(slide_count(archive), "slides", limits)
-    presentation = pptx.Presentation(io.BytesIO(data))
-    builder = OutlineBuilder(limits.max_text_chars)
-    for number, slide in enumerate(presentation.slides, start=1):
-        _add_slide(builder, slide, number)
+def parse_pptx(data: bytes, options: ParseOptions) -> ParsedDocument:
+    archive = check_office_archive(data, formats.PPTX, options.limits)
+    check_page_count(slide_count(archive), "slides", options.limits)
+    for name in archive.namelist():
+        if name.endswith(".xml") and name.startswith(_TREE_PARTS):
+            check_whole_part(archive, name, KIND)
+    builder = OutlineBuilder(options.limits.max_text_chars)
+    with library_errors(KIND):
+        presentation = pptx.Presentation(io.BytesIO(data))
+        for number, slide in enumerate(presentation.slides, start=1):
+            _add_slide(builder, slide, number)
     return builder.build()
 
 

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 import re
 
-from ragkb_core.settings import LimitSettings
-from ragkb_worker.parsers.model import ParsedDocument, Section
+from ragkb_worker.parsers.model import ParsedDocument, ParseOptions, Section
 from ragkb_worker.parsers.text import decode_text
 
 # A key of a pretty-printed JSON object, on its own line: "name": …
@@ -17,7 +16,7 @@ _JSON_KEY = re.compile(r'^(?P<indent>[ \t]+)"(?P<key>(?:[^"\\\n]|\\.)*)"[ \t]*:'
 _YAML_KEY = re.compile(r"^(?P<key>[^\s#\-:][^:\n]*?|\"[^\"\n]+\"|'[^'\n]+'):(?=[ \t]|$)", re.MULTILINE)
 
 
-def parse_delimited(data: bytes, limits: LimitSettings) -> ParsedDocument:
+def parse_delimited(data: bytes, options: ParseOptions) -> ParsedDocument:
     text = decode_text(data)
     start = len(text) - len(text.lstrip())
     header_end = _first_record_end(text, start)
@@ -33,7 +32,7 @@ def _first_record_end(text: str, start: int) -> int:
     return len(text) if end == -1 else end
 
 
-def parse_json(data: bytes, limits: LimitSettings) -> ParsedDocument:
+def parse_json(data: bytes, options: ParseOptions) -> ParsedDocument:
     text = decode_text(data)
     keys: list[re.Match[str]] = []
     if text.lstrip().startswith("{"):
@@ -43,7 +42,7 @@ def parse_json(data: bytes, limits: LimitSettings) -> ParsedDocument:
     return ParsedDocument(text, _key_sections(text, [(m.start(), m["key"]) for m in keys]))
 
 
-def parse_yaml(data: bytes, limits: LimitSettings) -> ParsedDocument:
+def parse_yaml(data: bytes, options: ParseOptions) -> ParsedDocument:
     text = decode_text(data)
     keys = [(m.start(), m["key"].strip("\"'")) for m in _YAML_KEY.finditer(text)]
     return ParsedDocument(text, _key_sections(text, keys))

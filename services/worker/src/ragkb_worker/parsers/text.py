@@ -5,8 +5,7 @@ from __future__ import annotations
 import unicodedata
 
 from ragkb_core.errors import ParseFailed
-from ragkb_core.settings import LimitSettings
-from ragkb_worker.parsers.model import ParsedDocument, Section
+from ragkb_worker.parsers.model import ParsedDocument, ParseOptions, Section
 from ragkb_worker.parsers.regulations import split_regulations
 
 # Encodings tried in order: UTF-8 (with or without BOM) first; Shift_JIS (cp932) is common in Japanese offices.
@@ -42,13 +41,13 @@ def _decode(data: bytes, encoding: str) -> str:
         raise ParseFailed(f"the text is not valid {encoding}") from exc
 
 
-def parse_plain_text(data: bytes, limits: LimitSettings) -> ParsedDocument:
+def parse_plain_text(data: bytes, options: ParseOptions) -> ParsedDocument:
     text = decode_text(data)
     whole = [Section(heading_path=(), start=0, end=len(text))]
     return ParsedDocument(text=text, sections=split_regulations(text, whole))
 
 
-def whole_text(data: bytes, limits: LimitSettings) -> ParsedDocument:
+def whole_text(data: bytes, options: ParseOptions) -> ParsedDocument:
     """The text as one section (XML, and any text whose structure is not worth a parser)."""
     text = decode_text(data)
     return ParsedDocument(text=text, sections=[Section(heading_path=(), start=0, end=len(text))])
