@@ -139,6 +139,7 @@ def main() -> int:
                 _wait_ready(service.ready_url, process, args.ready_timeout)
         print(
             f"\nragkb is up:\n  API        http://127.0.0.1:{api_port}\n"
+            f"  Console    http://127.0.0.1:{api_port}/console (sign in with the admin key)\n"
             f"  OpenAPI    http://127.0.0.1:{api_port}/schema/swagger\n"
             f"  retriever  http://127.0.0.1:{retriever_port} (internal)\n"
             f"  worker     http://127.0.0.1:{worker_port}/ready (health only)\n"
