@@ -333,6 +333,7 @@ def fix_settings_the_server_refused(page: Page, ragkb: RunningRagkb, kb_id: str)
     page.get_by_label("Max tokens").fill("380")
     page.get_by_label("top_k", exact=True).fill("8")
     page.get_by_role("button", name="Save changes").click()
+    expect(page.locator("#toasts")).to_contain_text("Settings saved")  # the PATCH has answered
     expect(page.locator('[data-error-for="chunking.max_tokens"]')).to_be_empty()
     expect(page.get_by_label("Max tokens")).to_have_value("380")
     stored = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
@@ -468,7 +469,9 @@ def test_the_session_cookie_is_httponly_strict_and_ends_at_sign_out(
         "() => [document.cookie, JSON.stringify(localStorage), JSON.stringify(sessionStorage)]"
     )
     assert all(key not in value and cookie["value"] not in value for value in stored)
-    admin_page.get_by_role("button", name="Sign out").click()
+    with admin_page.expect_response(lambda response: response.request.method == "DELETE") as signed_out:
+        admin_page.get_by_role("button", name="Sign out").click()
+    assert signed_out.value.status == 204, signed_out.value.text()
     admin_page.wait_for_url("**/console/signin**")
     assert context.cookies() == []
     admin_page.goto(console_origin(ragkb) + "/console/kbs")

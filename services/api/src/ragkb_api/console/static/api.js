@@ -109,7 +109,11 @@ export async function signIn(key) {
 }
 
 export async function signOut() {
-  try { await request("DELETE", "/console/session"); } finally { session = null; }
+  // The request takes the CSRF token before its first await; the session is dropped at once, so that a
+  // 401 answered meanwhile to a request still in flight does not count as being signed out by the server.
+  const pending = request("DELETE", "/console/session");
+  session = null;
+  await pending;
 }
 
 // A job's server-sent events (GET /v1/jobs/{id}/events): the cookie authenticates the stream.
