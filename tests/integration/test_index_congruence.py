@@ -23,6 +23,7 @@ from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.port import IndexHit, IndexPoint, LegResults, VectorIndex
 from ragkb_retriever.index.server import ServerIndex
+from ragkb_retriever.indexing import read_document_chunks
 
 pytestmark = [
     pytest.mark.integration,
@@ -592,3 +593,30 @@ def _assert_matches_oracles(both: tuple[EdgeIndex, ServerIndex], kb_id: str, del
     for search in (search for search in SEARCHES if search.kb_id == kb_id and search.sparse is not None):
         for index in both:
             assert_same_ranking(search.run(index).keyword, _as_hits(keyword_oracle(points, search)))
+
+
+def test_a_documents_chunks_page_alike_in_document_order(both: tuple[EdgeIndex, ServerIndex]) -> None:
+    doc = next(doc for doc in CORPUS.documents if doc.versions == (1, 2))
+    for version in doc.versions:
+        expected = sorted(_version_points(doc, version), key=lambda point: point.payload["ordinal"])
+        pages = {}
+        for name, index in zip(("edge", "server"), both, strict=True):
+            first = read_document_chunks(index, doc.kb_id, doc.document_id, version, offset=0, limit=5)
+            rest = read_document_chunks(index, doc.kb_id, doc.document_id, version, offset=5, limit=100)
+            beyond = read_document_chunks(index, doc.kb_id, doc.document_id, version, offset=len(expected), limit=5)
+            assert first.total == rest.total == beyond.total == len(expected)
+            assert beyond.chunks == []
+            pages[name] = [*first.chunks, *rest.chunks]
+        assert pages["edge"] == pages["server"]
+        assert [chunk.chunk_id for chunk in pages["edge"]] == [point.id for point in expected]
+        assert [chunk.text for chunk in pages["edge"]] == [point.payload["text"] for point in expected]
+        assert pages["edge"][1].heading_path == expected[1].payload["heading_path"]
+        assert pages["edge"][1].page == expected[1].payload["page"]
+
+
+def test_another_documents_or_versions_chunks_never_show(both: tuple[EdgeIndex, ServerIndex]) -> None:
+    doc = next(doc for doc in CORPUS.documents if doc.versions == (1,))
+    for index in both:
+        assert read_document_chunks(index, doc.kb_id, doc.document_id, 2, offset=0, limit=50).total == 0
+        other_kb = next(kb_id for kb_id in KBS if kb_id != doc.kb_id)
+        assert read_document_chunks(index, other_kb, doc.document_id, 1, offset=0, limit=50).chunks == []

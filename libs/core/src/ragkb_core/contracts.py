@@ -75,6 +75,29 @@ class DocumentWriteResult(BaseModel):
     deleted_old: int
 
 
+class IndexedChunk(BaseModel):
+    """One passage of a document as the index holds it (what a search would return, without scores)."""
+
+    chunk_id: str
+    ordinal: int
+    text: str
+    heading_path: list[str] = Field(default_factory=list)
+    page: int | None = None
+    char_start: int = 0
+    char_end: int = 0
+
+
+class DocumentChunks(BaseModel):
+    """A page of one document version's passages in the live generation, in document order (retriever → api).
+    `total` counts the version's passages, so `offset + len(chunks) < total` means there are more."""
+
+    document_id: str
+    version: int
+    total: int
+    offset: int
+    chunks: list[IndexedChunk]
+
+
 class ScopeFilter(BaseModel):
     """What a search may see. Applied inside every leg in the engine, before ranking."""
 

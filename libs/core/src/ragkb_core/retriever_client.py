@@ -12,6 +12,7 @@ from ragkb_core.contracts import (
     AnalyzeResult,
     ContextQuery,
     ContextResult,
+    DocumentChunks,
     DocumentPoints,
     DocumentWriteResult,
     KbGenerations,
@@ -88,6 +89,12 @@ class RetrieverClient:
         """Merge `fields` into the payload of every chunk of the document (metadata-only changes)."""
         path = f"/kbs/{kb_id}/documents/{document_id}"
         self._call("PATCH", path, json=fields, params=_present(generation=generation))
+
+    def document_chunks(self, kb_id: str, document_id: str, version: int, *, offset: int, limit: int) -> DocumentChunks:
+        """A page of one document version's passages in the live generation, in document order."""
+        query = {"version": version, "offset": offset, "limit": limit}
+        data = self._call("GET", f"/kbs/{kb_id}/documents/{document_id}/chunks", params=query)
+        return DocumentChunks.model_validate(data)
 
     def count_points(self, kb_id: str, document_id: str | None = None, *, generation: int | None = None) -> int:
         query = _present(document_id=document_id or None, generation=generation)

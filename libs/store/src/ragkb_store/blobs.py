@@ -57,6 +57,13 @@ class BlobStore:
             raise NotFound(f"blob {sha} is missing from the blob store")
         return path.read_bytes()
 
+    def path_of(self, sha: str) -> Path:
+        """The file holding a blob, for streaming it without reading it whole (NotFound when it is missing)."""
+        path = self._path(sha)
+        if not path.exists():
+            raise NotFound(f"blob {sha} is missing from the blob store")
+        return path
+
     def exists(self, sha: str) -> bool:
         return self._path(sha).exists()
 

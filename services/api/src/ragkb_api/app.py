@@ -12,10 +12,14 @@ from litestar.openapi.spec import Components, SecurityScheme
 from redis import Redis
 from sqlalchemy import Engine
 
+from ragkb_api.console.routes import ConsoleController
+from ragkb_api.console.sessions import ConsoleSessions
 from ragkb_api.dify.routes import DifyController
 from ragkb_api.dify.service import DifyService
 from ragkb_api.documents.routes import DocumentController
 from ragkb_api.documents.service import DocumentService
+from ragkb_api.documents.source_routes import DocumentSourceController
+from ragkb_api.documents.sources import DocumentSourceService
 from ragkb_api.evaluations.question_sets import QuestionSetService
 from ragkb_api.evaluations.routes import EvaluationController, QuestionSetController
 from ragkb_api.evaluations.service import EvaluationService
@@ -63,6 +67,7 @@ class ApiServices:
     evaluations: EvaluationService
     reindex: ReindexService
     kb_deletion: KbDeletionService
+    document_sources: DocumentSourceService
 
 
 def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
@@ -95,6 +100,7 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
         evaluations=EvaluationService(question_sets, search),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
         kb_deletion=KbDeletionService(sessions, queue),
+        document_sources=DocumentSourceService(sessions, blobs, retriever),
     )
 
 
@@ -108,6 +114,7 @@ def create_app(settings: ApiSettings) -> Litestar:
         "redis": lambda: bool(redis.ping()),
         "retriever": services.retriever.ready,
     }
+    console_sessions = ConsoleSessions(redis, settings.console)
     return Litestar(
         route_handlers=[
             health_router(checks),
@@ -124,9 +131,11 @@ def create_app(settings: ApiSettings) -> Litestar:
             PageController,
             QuestionSetController,
             EvaluationController,
+            DocumentSourceController,
+            ConsoleController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
-        guards=[AccessGuard(services.api_keys, buckets)],
+        guards=[AccessGuard(services.api_keys, buckets, console_sessions)],
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
@@ -140,6 +149,8 @@ def create_app(settings: ApiSettings) -> Litestar:
             "dify_service": Provide(lambda: services.dify, sync_to_thread=False),
             "question_set_service": Provide(lambda: services.question_sets, sync_to_thread=False),
             "evaluation_service": Provide(lambda: services.evaluations, sync_to_thread=False),
+            "document_source_service": Provide(lambda: services.document_sources, sync_to_thread=False),
+            "console_sessions": Provide(lambda: console_sessions, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
         exception_handlers=PROBLEM_HANDLERS,

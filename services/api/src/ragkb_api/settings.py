@@ -3,6 +3,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings
 
+from ragkb_api.console.sessions import ConsoleSettings
 from ragkb_api.rate_limit import RateLimitSettings
 from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
@@ -34,4 +35,6 @@ class ApiSettings(BaseSettings):
     # Read, never loaded (the api runs no model): which embedding models a re-index may choose.
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    # Browser sessions of the admin console (/console): how long they last.
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)

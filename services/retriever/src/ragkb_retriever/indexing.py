@@ -7,10 +7,18 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ragkb_core.contracts import DocumentPoints, DocumentWriteResult, KbGenerations, KbIndexInfo
+from ragkb_core.contracts import (
+    DocumentChunks,
+    DocumentPoints,
+    DocumentWriteResult,
+    IndexedChunk,
+    KbGenerations,
+    KbIndexInfo,
+)
 from ragkb_core.errors import InvalidInput, NotFound
 from ragkb_core.ids import point_id
-from ragkb_retriever.index.port import IndexPoint, VectorIndex
+from ragkb_retriever.index.filters import ordinal_window_filter
+from ragkb_retriever.index.port import IndexHit, IndexPoint, VectorIndex
 
 # Metadata-only changes touch these payload fields; the rest (text, version, ordinal, …) needs a re-index.
 PATCHABLE_PAYLOAD_FIELDS = frozenset({"title", "source_id", "labels", "metadata"})
@@ -97,6 +105,10 @@ class IndexService:
         self._require_kb(kb_id)
         return self._index.count(kb_id, document_id=document_id, generation=generation)
 
+    def document_chunks(self, kb_id: str, document_id: str, version: int, offset: int, limit: int) -> DocumentChunks:
+        self._require_kb(kb_id)
+        return read_document_chunks(self._index, kb_id, document_id, version, offset=offset, limit=limit)
+
     def probe(self) -> None:
         """A real call through the engine (this KB never exists): raises when the index is unusable."""
         self._index.kb_exists("readiness-probe")
@@ -130,4 +142,32 @@ def _point(document: DocumentPoints, index: int) -> IndexPoint:
         dense=chunk.dense,
         sparse=chunk.sparse,
         payload=payload,
+    )
+
+
+def read_document_chunks(
+    index: VectorIndex, kb_id: str, document_id: str, version: int, *, offset: int, limit: int
+) -> DocumentChunks:
+    """Passages `offset` .. `offset + limit - 1` of one document version in the live generation, in order.
+
+    A version's ordinals run 0 .. n-1 (the worker numbers its chunks so), so a page is an ordinal window: one
+    filtered scroll through the port, the same on both engines, however large the document."""
+    total = index.count(kb_id, document_id=document_id, version=version)
+    window = range(offset, min(offset + limit, total))
+    spec = ordinal_window_filter(kb_id, document_id, version, window)
+    hits = index.scroll(kb_id, spec, len(window)) if window else []
+    chunks = sorted((_indexed_chunk(hit) for hit in hits), key=lambda chunk: chunk.ordinal)
+    return DocumentChunks(document_id=document_id, version=version, total=total, offset=offset, chunks=chunks)
+
+
+def _indexed_chunk(hit: IndexHit) -> IndexedChunk:
+    payload = hit.payload
+    return IndexedChunk(
+        chunk_id=hit.id,
+        ordinal=int(payload["ordinal"]),
+        text=str(payload["text"]),
+        heading_path=list(payload.get("heading_path") or []),
+        page=payload.get("page"),
+        char_start=int(payload.get("char_start") or 0),
+        char_end=int(payload.get("char_end") or 0),
     )

@@ -13,6 +13,7 @@ from ragkb_core.contracts import (
     AnalyzeResult,
     ContextQuery,
     ContextResult,
+    DocumentChunks,
     DocumentPoints,
     DocumentWriteResult,
     KbGenerations,
@@ -30,6 +31,8 @@ from ragkb_retriever.searching import SearchService
 # 300 characters must be refused as input (422), never reach the disk (500).
 KbId = Annotated[str, Parameter(pattern=ID_PATTERN, description="a knowledge base id (32 hex characters)")]
 DocumentId = Annotated[str, Parameter(pattern=ID_PATTERN, description="a document id (32 hex characters)")]
+# The most passages one page of a document's chunks carries.
+MAX_CHUNKS_PAGE = 200
 # Which generation a document call addresses: the live one when not given.
 GenerationParam = Annotated[int | None, Parameter(ge=1, description="a generation of the KB; the live one when absent")]
 
@@ -116,6 +119,23 @@ class IndexController(Controller):
         generation: GenerationParam = None,
     ) -> None:
         index_service.set_document_payload(kb_id, document_id, data, generation=generation)
+
+    @get(
+        "/{kb_id:str}/documents/{document_id:str}/chunks",
+        sync_to_thread=True,
+        summary="A page of one document version's passages in the live generation, in document order",
+    )
+    def document_chunks(
+        self,
+        kb_id: KbId,
+        document_id: DocumentId,
+        index_service: IndexService,
+        *,
+        version: Annotated[int, Parameter(ge=1)],
+        offset: Annotated[int, Parameter(ge=0)] = 0,
+        limit: Annotated[int, Parameter(ge=1, le=MAX_CHUNKS_PAGE)] = 50,
+    ) -> DocumentChunks:
+        return index_service.document_chunks(kb_id, document_id, version, offset, limit)
 
     @post("/{kb_id:str}/context", status_code=200, sync_to_thread=True, summary="A passage and its neighbours")
     def surrounding(self, kb_id: KbId, data: ContextQuery, search_service: SearchService) -> ContextResult:
