@@ -19,7 +19,7 @@ from ragkb_api.jobs import JobService
 from ragkb_api.kb_deletion import KbDeletionService
 from ragkb_api.mcp import McpServer
 from ragkb_api.question_sets import QuestionSetService
-from ragkb_api.rate_limit import TokenBuckets
+from ragkb_api.rate_limit import RateLimiter, build_rate_limiter
 from ragkb_api.reindex import ReindexService
 from ragkb_api.routes.api_keys import ApiKeyController
 from ragkb_api.routes.dify import DifyController
@@ -64,7 +64,7 @@ class ApiServices:
     kb_deletion: KbDeletionService
 
 
-def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
+def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     engine = build_engine(settings.database)
     migrate_to_head(engine)
     sessions = build_session_factory(engine)
@@ -88,8 +88,8 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
         api_keys=api_keys,
         tools=tools,
         mcp=McpServer(tools),
-        # The same buckets as the guard's: a key's rate limit counts its Dify calls too.
-        dify=DifyService(sessions, api_keys, buckets, search),
+        # The same limiter as the guard's: a key's rate limit counts its Dify calls too.
+        dify=DifyService(sessions, api_keys, limiter, search),
         question_sets=question_sets,
         evaluations=EvaluationService(question_sets, search),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
@@ -98,8 +98,8 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
 
 
 def create_app(settings: ApiSettings) -> Litestar:
-    buckets = TokenBuckets(settings.rate_limit)
-    services = build_services(settings, buckets)
+    limiter = build_rate_limiter(settings.rate_limit, settings.redis.url)
+    services = build_services(settings, limiter)
     # Readiness must answer quickly even when Redis hangs.
     redis = Redis.from_url(settings.redis.url, socket_timeout=2, socket_connect_timeout=2)
     checks = {
@@ -125,7 +125,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             EvaluationController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
-        guards=[AccessGuard(services.api_keys, buckets)],
+        guards=[AccessGuard(services.api_keys, limiter)],
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
@@ -151,6 +151,6 @@ def create_app(settings: ApiSettings) -> Litestar:
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
         ),
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
-        on_shutdown=[services.retriever.close, services.engine.dispose, redis.close],
+        on_shutdown=[services.retriever.close, services.engine.dispose, redis.close, limiter.close],
         logging_config=None,
     )
