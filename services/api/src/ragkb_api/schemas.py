@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, Field, StringConstraints, field_
 from pydantic_core.core_schema import ValidatorFunctionWrapHandler
 
 from ragkb_core.contracts import DocType, MetadataValue, SearchHit, SearchMode, SearchResult
-from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync, RetrievalOverrides
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbIndexLayout, KbRetrieval, KbSync, RetrievalOverrides
 from ragkb_core.quality_gate import QualityCheck
 
 MAX_LABELS = 50
@@ -42,6 +42,8 @@ class KnowledgeBaseCreate(BaseModel):
     analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
     # Which files of a synced folder belong in the KB (include prefixes, exclude patterns, extensions).
     sync: KbSync = Field(default_factory=KbSync)
+    # On a Qdrant cluster: shards, replicas and write consistency of the KB's index (left out: the defaults).
+    index: KbIndexLayout | None = None
 
     @field_validator("name")
     @classmethod
