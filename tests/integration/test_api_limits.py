@@ -1,4 +1,5 @@
-"""The api's per-key rate limit, through the real app (Litestar's TestClient) on a real SQLite database."""
+"""The api's per-key rate limit, through the real app (Litestar's TestClient) on a real SQLite database and
+the buckets in a real Redis (the default store)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from litestar.testing import TestClient
 from ragkb_api.app import create_app
 from ragkb_api.rate_limit import RateLimitSettings
 from ragkb_api.settings import ApiSettings
-from ragkb_core.settings import AuthSettings, BlobSettings, DatabaseSettings
+from ragkb_core.settings import AuthSettings, BlobSettings, DatabaseSettings, RedisSettings
+from tests.support.redis_db import private_redis_db
 
 pytestmark = [
     pytest.mark.integration,
@@ -27,9 +29,15 @@ ADMIN_KEY = secrets.token_urlsafe(32)
 
 @pytest.fixture
 def client(tmp_path: Path) -> Iterator[TestClient[object]]:
+    with private_redis_db() as redis_db:
+        yield from _client(tmp_path, redis_db.connection_pool.connection_kwargs["db"])
+
+
+def _client(tmp_path: Path, redis_db: int) -> Iterator[TestClient[object]]:
     settings = ApiSettings(
         database=DatabaseSettings(url=f"sqlite:///{tmp_path / 'ragkb.db'}"),
         blobs=BlobSettings(root=tmp_path / "blobs"),
+        redis=RedisSettings(url=f"redis://127.0.0.1:6379/{redis_db}"),
         auth=AuthSettings.model_validate({"bootstrap_admin_key": ADMIN_KEY}),
         rate_limit=RateLimitSettings(requests_per_minute=1, burst=2),
     )

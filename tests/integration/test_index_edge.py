@@ -17,7 +17,8 @@ from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
 
 from ragkb_core import ids
 from ragkb_core.contracts import ScopeFilter, SparseTerms
-from ragkb_core.errors import Conflict, NotFound, Unavailable
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, Unavailable
+from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.edge import EdgeIndex
@@ -242,5 +243,18 @@ def test_threads_share_the_index_while_kbs_come_and_go(settings: QdrantSettings)
     try:
         assert errors == []
         assert index.count(KB) == 100 + 25 * next(written)
+    finally:
+        index.close()
+
+
+def test_edge_refuses_a_cluster_layout_and_accepts_its_own(tmp_path: Path) -> None:
+    """Embedded: one shard, one copy. Asking for more is an error that names why, and creates nothing."""
+    index = EdgeIndex(QdrantSettings(path=tmp_path / "index"))
+    try:
+        with pytest.raises(InvalidInput, match="Qdrant Edge"):
+            index.create_kb("kb1", dense_size=4, layout=KbIndexLayout(replication_factor=2))
+        assert not index.kb_exists("kb1")
+        index.create_kb("kb1", dense_size=4, layout=KbIndexLayout(shard_number=1, replication_factor=1))
+        assert index.kb_exists("kb1")
     finally:
         index.close()

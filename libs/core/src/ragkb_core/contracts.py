@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from ragkb_core.kb_settings import DocType, KbAnalyzer, KbRetrieval
+from ragkb_core.kb_settings import DocType, KbAnalyzer, KbIndexLayout, KbRetrieval
 
 __all__ = ["DocType"]  # re-exported: wire contracts name it, kb_settings defines it
 
@@ -61,6 +61,8 @@ class KbIndexInfo(BaseModel):
     kb_id: str
     embedding_model: str
     dense_size: int
+    # The layout on a Qdrant cluster as applied (defaults filled in); None for the embedded index (Edge).
+    layout: KbIndexLayout | None = None
 
 
 class KbGenerations(BaseModel):

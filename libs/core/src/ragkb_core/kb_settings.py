@@ -230,3 +230,65 @@ class KbAnalyzer(BaseModel):
         if self.japanese != "sudachi" and (self.sudachi_mode_a_subwords or self.char_bigrams):
             raise ValueError("sudachi_mode_a_subwords and char_bigrams add terms to the sudachi analyzer only")
         return self
+
+
+# -- index layout on a Qdrant cluster ------------------------------------------------------------------
+
+MAX_SHARDS = 128
+MAX_REPLICATION = 16
+
+
+class KbIndexLayout(BaseModel):
+    """How a KB's index is laid out on a Qdrant cluster (the server backend), chosen when the KB is created and
+    kept by every generation a re-index builds. A field left out takes the retriever's default
+    (RAGKB_QDRANT__SHARD_NUMBER, __REPLICATION_FACTOR, __WRITE_CONSISTENCY_FACTOR). Qdrant Edge, the embedded
+    index, has one shard and one copy: it refuses any other layout."""
+
+    shard_number: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_SHARDS,
+        description="Shards the KB's points are spread over (by point id); more shards spread one KB over more "
+        "Qdrant nodes. BM25 statistics are per shard, so keep 1 for KBs under a few million chunks.",
+    )
+    replication_factor: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REPLICATION,
+        description="Copies of each shard on different nodes: 2 keeps the KB searchable and writable while a "
+        "node is down.",
+    )
+    write_consistency_factor: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_REPLICATION,
+        description="Copies that must have applied a write before it is acknowledged (at most "
+        "replication_factor); more is safer against a node lost right after a write, and refuses writes while "
+        "fewer copies are up.",
+    )
+
+    @model_validator(mode="after")
+    def _consistency_within_replication(self) -> KbIndexLayout:
+        if self.write_consistency_factor is not None and self.replication_factor is not None:
+            check_write_consistency(self.write_consistency_factor, self.replication_factor)
+        return self
+
+    def filled(self, defaults: KbIndexLayout) -> KbIndexLayout:
+        """This layout with every field left out taken from `defaults` (a complete layout); ValueError when the
+        result asks more copies to acknowledge a write than there are."""
+        merged = defaults.model_dump() | self.model_dump(exclude_none=True)
+        check_write_consistency(merged["write_consistency_factor"], merged["replication_factor"])
+        return KbIndexLayout(**merged)
+
+    @property
+    def is_single_copy(self) -> bool:
+        """One shard, one copy: the only layout an embedded (Edge) index has. Fields left out count as 1."""
+        return all(value in (None, 1) for value in self.model_dump().values())
+
+
+def check_write_consistency(write_consistency_factor: int, replication_factor: int) -> None:
+    if write_consistency_factor > replication_factor:
+        raise ValueError(
+            f"write_consistency_factor ({write_consistency_factor}) cannot exceed replication_factor "
+            f"({replication_factor}): no write could ever be acknowledged"
+        )

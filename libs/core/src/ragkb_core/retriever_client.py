@@ -21,6 +21,7 @@ from ragkb_core.contracts import (
     SearchResult,
 )
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, RagkbError, Unavailable
+from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.settings import RetrieverClientSettings
 
 INTERNAL_PREFIX = "/internal/v1"
@@ -33,8 +34,10 @@ class RetrieverClient:
         headers = {SERVICE_TOKEN_HEADER: service_token.get_secret_value()} if service_token else {}
         self._http = httpx.Client(base_url=settings.url, timeout=settings.timeout_s, headers=headers)
 
-    def create_kb(self, kb_id: str) -> KbIndexInfo:
-        return KbIndexInfo.model_validate(self._call("PUT", f"/kbs/{kb_id}"))
+    def create_kb(self, kb_id: str, layout: KbIndexLayout | None = None) -> KbIndexInfo:
+        """Create the KB's index (idempotent); `layout` on a Qdrant cluster, fields left out from the defaults."""
+        body = (layout or KbIndexLayout()).model_dump(exclude_none=True)
+        return KbIndexInfo.model_validate(self._call("PUT", f"/kbs/{kb_id}", json=body))
 
     def drop_kb(self, kb_id: str) -> None:
         self._call("DELETE", f"/kbs/{kb_id}")

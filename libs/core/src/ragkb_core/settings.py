@@ -11,6 +11,7 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import SettingsConfigDict
 
 from ragkb_core.errors import InvalidInput
+from ragkb_core.kb_settings import MAX_REPLICATION, MAX_SHARDS, KbIndexLayout, check_write_consistency
 
 # One place for the environment conventions of every service's settings class.
 SERVICE_SETTINGS_CONFIG = SettingsConfigDict(
@@ -52,6 +53,28 @@ class QdrantSettings(BaseModel):
     # ...and only once no write has reached that KB for this long: an optimise holds the retriever's GIL
     # for seconds, so it waits for a bulk ingest to pause instead of stalling it (and searches) repeatedly.
     optimize_idle_s: float = Field(default=10.0, ge=0)
+    # A Qdrant cluster (server backend): the layout of a new KB's collections where its create request leaves a
+    # field out (POST /v1/knowledge-bases `index`, ragkb_core.kb_settings.KbIndexLayout). Edge has one shard and
+    # one copy whatever these say.
+    shard_number: int = Field(default=1, ge=1, le=MAX_SHARDS, description="Shards of a new KB's index.")
+    replication_factor: int = Field(
+        default=1, ge=1, le=MAX_REPLICATION, description="Copies of each shard of a new KB's index (2+ on a cluster)."
+    )
+    write_consistency_factor: int = Field(
+        default=1, ge=1, le=MAX_REPLICATION, description="Copies that acknowledge a write before it returns."
+    )
+
+    @model_validator(mode="after")
+    def _consistency_within_replication(self) -> QdrantSettings:
+        check_write_consistency(self.write_consistency_factor, self.replication_factor)
+        return self
+
+    def default_layout(self) -> KbIndexLayout:
+        return KbIndexLayout(
+            shard_number=self.shard_number,
+            replication_factor=self.replication_factor,
+            write_consistency_factor=self.write_consistency_factor,
+        )
 
 
 # The packaged default model (ragkb_models.E5_MODEL_NAME) and the prefixes every e5 model was trained with.

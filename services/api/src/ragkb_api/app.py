@@ -33,7 +33,7 @@ from ragkb_api.knowledge_bases.deletion import KbDeletionService
 from ragkb_api.knowledge_bases.routes import KnowledgeBaseController
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
 from ragkb_api.pages.routes import PageController
-from ragkb_api.rate_limit import TokenBuckets
+from ragkb_api.rate_limit import RateLimiter, build_rate_limiter
 from ragkb_api.search.routes import SearchController
 from ragkb_api.search.service import SearchService
 from ragkb_api.settings import ApiSettings
@@ -70,7 +70,7 @@ class ApiServices:
     document_sources: DocumentSourceService
 
 
-def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
+def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     engine = build_engine(settings.database)
     migrate_to_head(engine)
     sessions = build_session_factory(engine)
@@ -94,8 +94,8 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
         api_keys=api_keys,
         tools=tools,
         mcp=McpServer(tools),
-        # The same buckets as the guard's: a key's rate limit counts its Dify calls too.
-        dify=DifyService(sessions, api_keys, buckets, search),
+        # The same limiter as the guard's: a key's rate limit counts its Dify calls too.
+        dify=DifyService(sessions, api_keys, limiter, search),
         question_sets=question_sets,
         evaluations=EvaluationService(question_sets, search),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
@@ -105,8 +105,8 @@ def build_services(settings: ApiSettings, buckets: TokenBuckets) -> ApiServices:
 
 
 def create_app(settings: ApiSettings) -> Litestar:
-    buckets = TokenBuckets(settings.rate_limit)
-    services = build_services(settings, buckets)
+    limiter = build_rate_limiter(settings.rate_limit, settings.redis.url)
+    services = build_services(settings, limiter)
     # Readiness must answer quickly even when Redis hangs.
     redis = Redis.from_url(settings.redis.url, socket_timeout=2, socket_connect_timeout=2)
     checks = {
@@ -135,7 +135,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             ConsoleController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
-        guards=[AccessGuard(services.api_keys, buckets, console_sessions)],
+        guards=[AccessGuard(services.api_keys, limiter, console_sessions)],
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
@@ -163,6 +163,6 @@ def create_app(settings: ApiSettings) -> Litestar:
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
         ),
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
-        on_shutdown=[services.retriever.close, services.engine.dispose, redis.close],
+        on_shutdown=[services.retriever.close, services.engine.dispose, redis.close, limiter.close],
         logging_config=None,
     )

@@ -8,7 +8,7 @@ never attaches an Authorization header on its own. The guard then checks what th
 (`opt=access(...)`, admin when undeclared) against the caller's role and its grant for the path's `kb_id`
 (403, or 404 for a KB the caller may not read), and leaves the caller in the request state for the
 handlers that scope their answers (KB list, search). An authenticated caller then spends one token of its
-key's rate-limit bucket (429 when empty); refused and public requests cost none."""
+key's rate limit (429 when spent; ragkb_api.rate_limit); refused and public requests cost none."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from litestar.handlers.base import BaseRouteHandler
 from ragkb_api.access import DEFAULT_ACCESS, Caller, authorize, bearer_token
 from ragkb_api.console.sessions import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE, ConsoleSessions, csrf_matches
 from ragkb_api.keys.service import ApiKeyService
-from ragkb_api.rate_limit import TokenBuckets
+from ragkb_api.rate_limit import RateLimiter
 from ragkb_core.errors import Forbidden, Unauthorized
 from ragkb_http import PUBLIC, declared_access
 
@@ -32,9 +32,9 @@ CONSOLE_SESSION_STATE = "console_session"
 
 
 class AccessGuard:
-    def __init__(self, keys: ApiKeyService, buckets: TokenBuckets, sessions: ConsoleSessions) -> None:
+    def __init__(self, keys: ApiKeyService, limiter: RateLimiter, sessions: ConsoleSessions) -> None:
         self._keys = keys
-        self._buckets = buckets
+        self._limiter = limiter
         self._sessions = sessions
 
     async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
@@ -45,11 +45,15 @@ class AccessGuard:
         if presented is None and SESSION_COOKIE in connection.cookies:
             # A Redis read: off the event loop.
             presented = await run_sync(self._console_key, connection)
-        # A database read: off the event loop.
-        caller = await run_sync(self._keys.authenticate, presented)
-        self._buckets.take(caller.key_id)
+        # A database read and a Redis call: off the event loop.
+        caller = await run_sync(self._authenticated_within_limit, presented)
         authorize(caller, needed, connection.path_params.get("kb_id"))
         connection.state[CALLER_STATE] = caller
+
+    def _authenticated_within_limit(self, presented: str | None) -> Caller:
+        caller = self._keys.authenticate(presented)
+        self._limiter.take(caller.key_id)
+        return caller
 
     def _console_key(self, connection: ASGIConnection[Any, Any, Any, Any]) -> str:
         session_id = connection.cookies[SESSION_COOKIE]

@@ -1,28 +1,65 @@
-"""Per-key rate limit: a token bucket per API key, kept in this api process's memory.
+"""Per-key rate limit: a token bucket per API key, shared by every api replica through Redis.
 
-Each key may make `burst` requests at once and then `requests_per_minute` on average. With several api
-replicas each has its own buckets, so a key's effective limit is the per-replica limit times the replicas;
-a Redis-backed bucket (shared by the replicas) is the scaled-out option.
+Each key may make `burst` requests at once and then `requests_per_minute` on average. With `store = "redis"`
+(the default) the buckets live in Redis, so N api replicas give a key one budget, not N; each take is one
+Lua script, atomic in Redis and timed by Redis's own clock (replicas' clocks never enter). `store = "memory"`
+keeps them in this process (each replica its own), for an api without a shared Redis.
+
+When Redis does not answer, the api keeps limiting with this process's buckets (a per-replica limit) and tries
+Redis again after a pause: a Redis outage neither lets a key through unlimited nor refuses every request.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
+from redis import Redis, RedisError
 
 from ragkb_core.errors import TooManyRequests
 
+logger = logging.getLogger(__name__)
+
+# Bucket keys in Redis: one hash per API key id ({tokens, updated}), expiring once it would be full again.
+REDIS_KEY_PREFIX = "ragkb:rate:"
+# After Redis failed, this process limits on its own for this long before it asks Redis again.
+REDIS_RETRY_AFTER_S = 5.0
+# One take must not hold a request for long when Redis hangs.
+REDIS_TIMEOUT_S = 0.5
+
 
 class RateLimitSettings(BaseModel):
-    """RAGKB_RATE_LIMIT__*: per API key and per api process; 0 requests per minute disables the limit."""
+    """RAGKB_RATE_LIMIT__*: per API key; 0 requests per minute disables the limit."""
 
     requests_per_minute: int = Field(default=600, ge=0, description="Sustained requests per minute per key.")
     burst: int = Field(default=120, ge=1, description="Requests a key may make at once before the rate applies.")
+    store: Literal["redis", "memory"] = Field(
+        default="redis",
+        description="Where the buckets live: `redis` (RAGKB_REDIS__URL, one budget per key shared by every api "
+        "replica) or `memory` (each api process its own, so N replicas allow N times the limit).",
+    )
+
+
+class RateLimiter(Protocol):
+    def take(self, key_id: str) -> None:
+        """Spend one request of `key_id`'s budget, or raise TooManyRequests with the wait until one is back."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def refused(wait_s: float) -> TooManyRequests:
+    """The 429 for a key whose next token comes back in `wait_s` seconds (Retry-After: whole seconds, ≥ 1)."""
+    retry_after_s = max(1, math.ceil(wait_s))
+    return TooManyRequests(
+        f"this key made too many requests; try again in {retry_after_s} s", retry_after_s=retry_after_s
+    )
 
 
 @dataclass
@@ -32,14 +69,14 @@ class _Bucket:
 
 
 class TokenBuckets:
-    """One bucket per key id, refilled continuously at `rate_per_s` up to `capacity` tokens."""
+    """In this process: one bucket per key id, refilled continuously at `rate_per_s` up to `capacity` tokens."""
 
     def __init__(self, settings: RateLimitSettings, clock: Callable[[], float] = time.monotonic) -> None:
         self._rate_per_s = settings.requests_per_minute / 60
         self._capacity = float(settings.burst)
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}
-        # Guards are async but handlers may run in threads; a plain lock keeps each take atomic.
+        # Takes run in worker threads; a plain lock keeps each one atomic.
         self._lock = threading.Lock()
 
     @property
@@ -47,7 +84,6 @@ class TokenBuckets:
         return self._rate_per_s > 0
 
     def take(self, key_id: str) -> None:
-        """Spend one token of `key_id`'s bucket, or raise TooManyRequests with the wait until one is back."""
         if not self.enabled:
             return
         with self._lock:
@@ -56,10 +92,10 @@ class TokenBuckets:
                 bucket.tokens -= 1
                 return
             wait_s = (1 - bucket.tokens) / self._rate_per_s
-        raise TooManyRequests(
-            f"this key made too many requests; try again in {math.ceil(wait_s)} s",
-            retry_after_s=max(1, math.ceil(wait_s)),
-        )
+        raise refused(wait_s)
+
+    def close(self) -> None:
+        """Nothing to release: the buckets are this process's memory."""
 
     def _refilled(self, key_id: str) -> _Bucket:
         now = self._clock()
@@ -67,3 +103,66 @@ class TokenBuckets:
         bucket.tokens = min(self._capacity, bucket.tokens + (now - bucket.updated) * self._rate_per_s)
         bucket.updated = now
         return bucket
+
+
+# The same bucket as TokenBuckets, in Redis. Numbers travel as strings: Redis would truncate a Lua float
+# returned or stored as a number to an integer. A refused take changes nothing but the refill bookkeeping.
+_TAKE_SCRIPT = """
+local rate = tonumber(ARGV[1])
+local capacity = tonumber(ARGV[2])
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+local state = redis.call('HMGET', KEYS[1], 'tokens', 'updated')
+local tokens = tonumber(state[1]) or capacity
+local updated = tonumber(state[2]) or now
+tokens = math.min(capacity, tokens + math.max(0, now - updated) * rate)
+local wait = 0
+if tokens >= 1 then
+  tokens = tokens - 1
+else
+  wait = (1 - tokens) / rate
+end
+redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'updated', string.format('%.6f', now))
+redis.call('PEXPIRE', KEYS[1], math.ceil((capacity - tokens) / rate * 1000) + 1000)
+return string.format('%.6f', wait)
+"""
+
+
+class RedisTokenBuckets:
+    """The buckets in Redis, shared by every api process that uses the same Redis database."""
+
+    def __init__(self, settings: RateLimitSettings, redis: Redis, clock: Callable[[], float] = time.monotonic) -> None:
+        self._rate_per_s = settings.requests_per_minute / 60
+        self._capacity = settings.burst
+        self._redis = redis
+        self._take = redis.register_script(_TAKE_SCRIPT)
+        self._local = TokenBuckets(settings, clock)
+        self._clock = clock
+        self._redis_down_until = 0.0
+
+    def take(self, key_id: str) -> None:
+        if self._rate_per_s <= 0:
+            return
+        if self._clock() < self._redis_down_until:
+            self._local.take(key_id)
+            return
+        try:
+            wait_s = float(self._take(keys=[REDIS_KEY_PREFIX + key_id], args=[self._rate_per_s, self._capacity]))
+        except RedisError as exc:
+            logger.warning("rate limit: Redis did not answer (%s); limiting per process for a while", exc)
+            self._redis_down_until = self._clock() + REDIS_RETRY_AFTER_S
+            self._local.take(key_id)
+            return
+        if wait_s > 0:
+            raise refused(wait_s)
+
+    def close(self) -> None:
+        self._redis.close()
+
+
+def build_rate_limiter(settings: RateLimitSettings, redis_url: str) -> RateLimiter:
+    """The limiter the settings name: shared through the Redis at `redis_url`, or this process's own."""
+    if settings.store == "memory":
+        return TokenBuckets(settings)
+    redis = Redis.from_url(redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+    return RedisTokenBuckets(settings, redis)

@@ -17,6 +17,7 @@ from ragkb_core.contracts import (
 )
 from ragkb_core.errors import InvalidInput, NotFound
 from ragkb_core.ids import point_id
+from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_retriever.index.filters import ordinal_window_filter
 from ragkb_retriever.index.port import IndexHit, IndexPoint, VectorIndex
 
@@ -41,11 +42,13 @@ class IndexService:
         self._index = index
         self._models = models
 
-    def create_kb(self, kb_id: str) -> KbIndexInfo:
-        """A new KB is embedded with the default model."""
+    def create_kb(self, kb_id: str, layout: KbIndexLayout | None = None) -> KbIndexInfo:
+        """A new KB is embedded with the default model; `layout` places it on a Qdrant cluster."""
         dense_size = self._models.get().dimension
-        self._index.create_kb(kb_id, dense_size=dense_size)
-        return KbIndexInfo(kb_id=kb_id, embedding_model=self._models.default_model, dense_size=dense_size)
+        applied = self._index.create_kb(kb_id, dense_size=dense_size, layout=layout)
+        return KbIndexInfo(
+            kb_id=kb_id, embedding_model=self._models.default_model, dense_size=dense_size, layout=applied
+        )
 
     def drop_kb(self, kb_id: str) -> None:
         self._index.drop_kb(kb_id)

@@ -23,6 +23,7 @@ from ragkb_core.contracts import (
 )
 from ragkb_core.errors import InvalidInput
 from ragkb_core.ids import ID_PATTERN, is_id
+from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.retriever_client import INTERNAL_PREFIX
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.searching import SearchService
@@ -59,8 +60,8 @@ class IndexController(Controller):
     tags = ["index"]
 
     @put("/{kb_id:str}", sync_to_thread=True, summary="Create a KB's index (idempotent)")
-    def create_kb(self, kb_id: KbId, index_service: IndexService) -> KbIndexInfo:
-        return index_service.create_kb(kb_id)
+    def create_kb(self, kb_id: KbId, index_service: IndexService, data: KbIndexLayout | None = None) -> KbIndexInfo:
+        return index_service.create_kb(kb_id, data)
 
     @delete("/{kb_id:str}", status_code=204, sync_to_thread=True, summary="Drop a KB's index, every generation")
     def drop_kb(self, kb_id: KbId, index_service: IndexService) -> None:

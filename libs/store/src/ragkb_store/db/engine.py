@@ -69,6 +69,10 @@ def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
         yield session
 
 
+# The PostgreSQL advisory lock that serialises migrations (any fixed number no other code uses).
+MIGRATION_LOCK_ID = 0x7261676B62  # "ragkb"
+
+
 def migrate_to_head(engine: Engine) -> None:
     migrate_to(engine, "head")
 
@@ -85,6 +89,10 @@ def migrate_to(engine: Engine, revision: str) -> None:
             _set_sqlite_foreign_keys(connection, enabled=False)
         try:
             with connection.begin():
+                if connection.dialect.name == "postgresql":
+                    # Replicas (and the migration Job) start together: one migrates, the others wait for its
+                    # commit and then find the schema at head. Held until this transaction ends.
+                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
                 config.attributes["connection"] = connection
                 command.upgrade(config, revision)
         finally:

@@ -15,7 +15,7 @@ from ragkb_api.access import Caller, bearer_token
 from ragkb_api.dify.conditions import condition_holds
 from ragkb_api.fields import MAX_ID_CHARS
 from ragkb_api.keys.service import ApiKeyService
-from ragkb_api.rate_limit import TokenBuckets
+from ragkb_api.rate_limit import RateLimiter
 from ragkb_api.search.schemas import SearchRequest
 from ragkb_api.search.service import SearchService
 from ragkb_core.contracts import SearchHit
@@ -87,11 +87,11 @@ class DifyError_(BaseModel):  # noqa: N801 -- the documented error body, named a
 
 class DifyService:
     def __init__(
-        self, sessions: sessionmaker[Session], keys: ApiKeyService, buckets: TokenBuckets, search: SearchService
+        self, sessions: sessionmaker[Session], keys: ApiKeyService, limiter: RateLimiter, search: SearchService
     ) -> None:
         self._sessions = sessions
         self._keys = keys
-        self._buckets = buckets
+        self._limiter = limiter
         self._search = search
 
     def authenticate(self, authorization: str | None) -> Caller:
@@ -105,7 +105,7 @@ class DifyService:
             caller = self._keys.authenticate(presented)
         except Unauthorized:
             raise DifyError(AUTH_FAILED, "Authorization failed", 403) from None
-        self._buckets.take(caller.key_id)
+        self._limiter.take(caller.key_id)
         return caller
 
     def retrieve(self, request: DifyRetrievalRequest, caller: Caller) -> DifyRetrievalResponse:

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, Field, field_validator
 
 from ragkb_api.fields import UtcDateTime
-from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync, RetrievalOverrides
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbIndexLayout, KbRetrieval, KbSync, RetrievalOverrides
 
 
 class KnowledgeBaseCreate(BaseModel):
@@ -19,6 +19,8 @@ class KnowledgeBaseCreate(BaseModel):
     analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
     # Which files of a synced folder belong in the KB (include prefixes, exclude patterns, extensions).
     sync: KbSync = Field(default_factory=KbSync)
+    # On a Qdrant cluster: shards, replicas and write consistency of the KB's index (left out: the defaults).
+    index: KbIndexLayout | None = None
 
     @field_validator("name")
     @classmethod

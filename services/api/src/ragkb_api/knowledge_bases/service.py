@@ -38,7 +38,7 @@ class KnowledgeBaseService:
             with transaction(self._sessions) as session:
                 _ensure_name_free(session, data.name)
                 # Inside the transaction: if the index cannot be created, no KB row is left behind.
-                index = self._retriever.create_kb(kb_id)
+                index = self._retriever.create_kb(kb_id, data.index)
                 session.add(
                     KnowledgeBase(
                         id=kb_id,

@@ -22,4 +22,4 @@ def build_index(settings: QdrantSettings) -> VectorIndex:
 
     from ragkb_retriever.index.server import ServerIndex
 
-    return ServerIndex(QdrantClient(url=settings.url, api_key=settings.api_key))
+    return ServerIndex(QdrantClient(url=settings.url, api_key=settings.api_key), settings.default_layout())

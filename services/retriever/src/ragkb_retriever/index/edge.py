@@ -58,7 +58,7 @@ from qdrant_edge import (
 from ragkb_core import ids
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import Conflict, Unavailable
-from ragkb_core.kb_settings import FusionMethod
+from ragkb_core.kb_settings import FusionMethod, KbIndexLayout
 from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index import filters
 from ragkb_retriever.index.edge_aliases import AliasFiles
@@ -79,6 +79,7 @@ from ragkb_retriever.index.port import (
     no_index,
     no_results,
     plan_legs,
+    refuse_layout_on_edge,
     rrf_weights,
     wrong_dimension,
 )
@@ -124,7 +125,8 @@ class EdgeIndex:
 
     # -- KBs ---------------------------------------------------------------------------------------
 
-    def create_kb(self, kb_id: str, dense_size: int) -> None:
+    def create_kb(self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None) -> None:
+        refuse_layout_on_edge(layout)
         with self._lifecycle:
             self._check_open()
             if self._target(kb_id) is not None:

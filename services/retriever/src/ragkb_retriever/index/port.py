@@ -25,7 +25,7 @@ from typing import Any, Protocol
 
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
-from ragkb_core.kb_settings import FusionMethod
+from ragkb_core.kb_settings import FusionMethod, KbIndexLayout
 from ragkb_retriever.index.filters import FilterSpec, document_filter, scope_is_empty
 
 
@@ -73,8 +73,10 @@ class VectorIndex(Protocol):
     `generation=`, which addresses that generation's collection directly (NotFound when it does not
     exist). Payloads carry the real kb_id in every generation, so filters are the same in all of them."""
 
-    def create_kb(self, kb_id: str, dense_size: int) -> None:
-        """Create generation 1 and the alias `kb_<id>`; does nothing when the KB exists."""
+    def create_kb(self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None) -> KbIndexLayout | None:
+        """Create generation 1 and the alias `kb_<id>`; does nothing when the KB exists. `layout` (fields left
+        out: the configured defaults) places its collections on a Qdrant cluster; returns the layout applied,
+        None for an embedded index, which has one shard and one copy and refuses any other layout."""
         ...
 
     def drop_kb(self, kb_id: str) -> None:
@@ -87,7 +89,7 @@ class VectorIndex(Protocol):
 
     def create_generation(self, kb_id: str, dense_size: int) -> int:
         """A new empty generation, numbered after the highest one, not live; its dense size may differ
-        from the live one's (a new embedding model)."""
+        from the live one's (a new embedding model). It has the live generation's layout."""
         ...
 
     def generations(self, kb_id: str) -> GenerationInfo: ...
@@ -213,6 +215,16 @@ def document_delete_filter(
     if keep_version is not None and only_version is not None:
         raise InvalidInput("give keep_version or only_version, not both", document_id=document_id)
     return document_filter(kb_id, document_id, version=only_version, except_version=keep_version)
+
+
+def refuse_layout_on_edge(layout: KbIndexLayout | None) -> None:
+    """The embedded index has one shard and one copy: a request for more is an error, not silently ignored."""
+    if layout is not None and not layout.is_single_copy:
+        raise InvalidInput(
+            "this server keeps its index in Qdrant Edge (embedded: one shard, one copy); shard_number, "
+            "replication_factor and write_consistency_factor apply to a Qdrant cluster (RAGKB_QDRANT__URL)",
+            layout=layout.model_dump(exclude_none=True),
+        )
 
 
 def no_index(kb_id: str) -> NotFound:

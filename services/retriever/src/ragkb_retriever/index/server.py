@@ -2,7 +2,12 @@
 
 Also runs against qdrant-client's local mode (`QdrantClient(location=":memory:")`), which is what the
 congruence tests compare `EdgeIndex` with; local mode evaluates filters in Python per point, so it is
-for tests only. With a server the retriever keeps no state and scales out.
+for tests only (and it ignores shard and replication settings).
+
+With a server the retriever keeps no state and scales out: the KB's alias is read from the cluster on every
+call (never cached), BM25 IDF is computed by Qdrant at query time over the KB's live points, and a KB's
+layout (shards, replicas, write consistency) lives in its collections' own configuration, which a new
+generation copies from the live one.
 """
 
 from __future__ import annotations
@@ -17,8 +22,9 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from ragkb_core import ids
 from ragkb_core.contracts import ScopeFilter, SparseTerms
-from ragkb_core.errors import Unavailable
-from ragkb_core.kb_settings import FusionMethod
+from ragkb_core.errors import InvalidInput, Unavailable
+from ragkb_core.kb_settings import FusionMethod, KbIndexLayout
+from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index import filters
 from ragkb_retriever.index.port import (
     DenseLeg,
@@ -59,21 +65,28 @@ class ServerIndex:
     """Every call addresses the KB's alias (or a given generation's collection), so a generation switch
     is one alias update on the server."""
 
-    def __init__(self, client: QdrantClient) -> None:
+    def __init__(self, client: QdrantClient, default_layout: KbIndexLayout | None = None) -> None:
         self._client = client
+        # Where a KB's create request leaves a field of its layout out (RAGKB_QDRANT__SHARD_NUMBER, ...).
+        self._default_layout = default_layout or QdrantSettings().default_layout()
 
     # -- KBs ---------------------------------------------------------------------------------------
 
-    def create_kb(self, kb_id: str, dense_size: int) -> None:
+    def create_kb(self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None) -> KbIndexLayout:
+        try:
+            applied = (layout or KbIndexLayout()).filled(self._default_layout)
+        except ValueError as exc:
+            raise InvalidInput(str(exc), layout=(layout or KbIndexLayout()).model_dump(exclude_none=True)) from exc
         with self._answering():
-            if self.kb_exists(kb_id):
-                return
+            if (live := self._live(kb_id)) is not None:
+                return self._layout_of(ids.collection_name(kb_id, live)) or applied
             # Without an alias, any generation left is from a crashed create or drop: start clean.
             self._delete_generations(kb_id)
             name = ids.collection_name(kb_id, FIRST_GENERATION)
-            self._create_collection(name, dense_size)
+            self._create_collection(name, dense_size, applied)
             # The alias comes last, so that it never points at a collection that is not ready.
             self._set_alias(kb_id, name)
+        return applied
 
     def drop_kb(self, kb_id: str) -> None:
         with self._answering():
@@ -90,11 +103,13 @@ class ServerIndex:
 
     def create_generation(self, kb_id: str, dense_size: int) -> int:
         with self._answering():
-            self._require_live(kb_id)
+            live = self._require_live(kb_id)
             generation = max(self._generation_numbers(kb_id)) + 1
             name = ids.collection_name(kb_id, generation)
+            # The KB keeps its layout through re-indexes: the new generation is laid out as the live one.
+            layout = self._layout_of(ids.collection_name(kb_id, live)) or self._default_layout
             try:
-                self._create_collection(name, dense_size)
+                self._create_collection(name, dense_size, layout)
             except BaseException:
                 # A half-made collection must not count as a generation; the first error is the one to tell.
                 with suppress(Exception):
@@ -236,14 +251,29 @@ class ServerIndex:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _create_collection(self, name: str, dense_size: int) -> None:
+    def _create_collection(self, name: str, dense_size: int, layout: KbIndexLayout) -> None:
         self._client.create_collection(
             name,
             vectors_config={DENSE_VECTOR: qm.VectorParams(size=dense_size, distance=qm.Distance.COSINE)},
             sparse_vectors_config={SPARSE_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
+            shard_number=layout.shard_number,
+            replication_factor=layout.replication_factor,
+            write_consistency_factor=layout.write_consistency_factor,
         )
         for field, kind in PAYLOAD_INDEXES:
             self._client.create_payload_index(name, field, field_schema=_SCHEMA_TYPES[kind], wait=True)
+
+    def _layout_of(self, collection: str) -> KbIndexLayout | None:
+        """The layout a collection was created with; None where the engine does not report it
+        (qdrant-client's local mode)."""
+        params = self._client.get_collection(collection).config.params
+        if params.shard_number is None or params.replication_factor is None:
+            return None
+        return KbIndexLayout(
+            shard_number=params.shard_number,
+            replication_factor=params.replication_factor,
+            write_consistency_factor=params.write_consistency_factor or 1,
+        )
 
     def _set_alias(self, kb_id: str, name: str) -> None:
         create = qm.CreateAlias(collection_name=name, alias_name=ids.alias_name(kb_id))
