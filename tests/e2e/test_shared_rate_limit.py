@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.e2e.conftest import free_port
+from ragkb_cli.stack import free_port
 from tests.support.redis_db import private_redis_db
 
 pytestmark = pytest.mark.e2e
