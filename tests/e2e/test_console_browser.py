@@ -1,11 +1,14 @@
 """The admin console in a real browser (Debian's Chromium driven by Playwright) on the real stack: a whole
 admin day, hostile content, CSRF, the session cookie, and an accessibility check (axe-core) of every page.
-The tests write the README's screenshots into docs/screenshots/."""
+The tests take the README's screenshots: into the folder RAGKB_SCREENSHOTS names (`RAGKB_SCREENSHOTS=docs/screenshots`
+refreshes the README's), else into the test's temporary folder, so that a test run leaves the checkout as it was."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,7 +30,6 @@ CHROMIUM_FLAGS = [
     "--disable-component-update",
     "--no-first-run",
 ]
-SCREENSHOTS = REPO / "docs" / "screenshots"
 AXE_SCRIPT = Path(axe_playwright_python.__file__).with_name("axe.min.js").read_text(encoding="utf-8")
 BLOCKING_IMPACTS = {"serious", "critical"}
 LIVE_TIMEOUT_MS = 180_000
@@ -129,8 +131,14 @@ def assert_accessible(page: Page, name: str) -> None:
 def screenshot(page: Page, name: str) -> None:
     # Toasts come and go; the pictures show the page.
     page.evaluate("() => document.getElementById('toasts').replaceChildren()")
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    folder = screenshots_folder()
+    folder.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(folder / f"{name}.png"), full_page=True)
+
+
+def screenshots_folder() -> Path:
+    chosen = os.environ.get("RAGKB_SCREENSHOTS")
+    return (REPO / chosen) if chosen else Path(tempfile.gettempdir()) / "ragkb-console-screenshots"
 
 
 def in_both_languages(page: Page, name: str) -> None:
