@@ -11,11 +11,10 @@ import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import axe_playwright_python
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, expect
+from playwright.sync_api import Browser, BrowserContext, Page, Playwright, expect, sync_playwright
 
 from tests.e2e.conftest import REPO, RunningRagkb
 
@@ -57,23 +56,33 @@ Book trains in second class and flights in economy.
 """
 
 
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
+# The browser lives as long as this module's tests, not the session: Playwright's sync API keeps an asyncio
+# loop running in the main thread while it is started, and later tests (the MCP client's) run loops of their own.
+@pytest.fixture(scope="module")
+def playwright() -> Iterator[Playwright]:
+    with sync_playwright() as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+def browser(playwright: Playwright) -> Iterator[Browser]:
     # Debian's chromium (make test installs it): Playwright's own browser download is not reachable here.
     assert CHROMIUM.exists(), "the browser tests need Debian's chromium: apt-get install -y chromium (make test does)"
-    return {**browser_type_launch_args, "executable_path": str(CHROMIUM), "headless": True, "args": CHROMIUM_FLAGS}
+    launched = playwright.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=CHROMIUM_FLAGS)
+    yield launched
+    launched.close()
 
 
-@pytest.fixture(scope="session")
-def browser_context_args(browser_context_args: dict[str, Any]) -> dict[str, Any]:
-    return {**browser_context_args, "viewport": VIEWPORT, "locale": "en-US"}
+@pytest.fixture
+def context(browser: Browser) -> Iterator[BrowserContext]:
+    opened = browser.new_context(viewport=VIEWPORT, locale="en-US")
+    yield opened
+    opened.close()
 
 
-@pytest.fixture(scope="session")
-def base_url() -> None:
-    """pytest-playwright's own `base_url` (a class-level fixture pytest deprecates) is not used: every test
-    goes to full addresses of the stack it runs against."""
-    return None
+@pytest.fixture
+def page(context: BrowserContext) -> Page:
+    return context.new_page()
 
 
 @pytest.fixture
