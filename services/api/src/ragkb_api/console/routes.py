@@ -162,7 +162,7 @@ def _label(key_service: ApiKeyService, caller: Caller, key: str) -> str:
     """How the console names the signed-in key: its name when the key has a row, else what it is."""
     if caller.key_id == BOOTSTRAP_KEY_ID:
         return "bootstrap admin key"
-    named = next((row.name for row in key_service.list() if row.id == caller.key_id), None)
+    named = key_service.name_of(caller.key_id)
     return named or f"rk_{key_prefix(key)}"
 
 

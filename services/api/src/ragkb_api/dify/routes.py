@@ -1,4 +1,4 @@
-""""""
+"""Dify's External Knowledge API route (`POST /retrieval`), answering errors in Dify's shape."""
 
 from __future__ import annotations
 

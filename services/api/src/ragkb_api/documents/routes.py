@@ -6,7 +6,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from anyio.to_thread import run_sync
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import UploadFile
 from litestar.params import Parameter
 from pydantic import ValidationError
@@ -21,7 +21,10 @@ from ragkb_api.documents.schemas import (
     TextDocumentBatch,
     TextDocumentCreate,
 )
-from ragkb_api.documents.service import DocumentService, PreparedUpload, Upload
+from ragkb_api.documents.service import DocumentFilters, DocumentService, PreparedUpload, Upload
+from ragkb_api.fields import MAX_LABEL_CHARS
+from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
+from ragkb_core.contracts import DocType
 from ragkb_core.errors import InvalidInput, RagkbError, UnsupportedMediaType
 from ragkb_http import access
 
@@ -70,15 +73,29 @@ class DocumentController(Controller):
         items = [_prepared_or_error(raw) for raw in batch.documents]
         return await run_sync(document_service.accept_batch, kb_id, items, caller)
 
-    @get("/", sync_to_thread=True, summary="List documents, optionally by status", opt=access("read"))
+    @get(
+        "/",
+        sync_to_thread=True,
+        summary="List documents (by status, label or doc_type), a page at a time",
+        opt=access("read"),
+        response_headers=PAGE_HEADERS,
+    )
     def list_all(
         self,
+        *,
         kb_id: str,
+        request: Request[Any, Any, Any],
         document_service: DocumentService,
         caller: Caller,
         status: Annotated[StatusFilter | None, Parameter(query="status")] = None,
-    ) -> list[DocumentOut]:
-        return document_service.list(kb_id, status, caller)
+        label: Annotated[str | None, Parameter(query="label", max_length=MAX_LABEL_CHARS)] = None,
+        doc_type: Annotated[DocType | None, Parameter(query="doc_type")] = None,
+        limit: Limit = MAX_PAGE,
+        offset: Offset = 0,
+    ) -> Response[list[DocumentOut]]:
+        filters = DocumentFilters(status=status, label=label, doc_type=doc_type)
+        page = document_service.list(kb_id, filters, caller, PageRequest(limit, offset))
+        return paged_response(page, request)
 
     @get(
         "/{document_id:str}",

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import PurePath
 
 from celery import Celery
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller
@@ -23,6 +23,7 @@ from ragkb_api.documents.schemas import (
     DocumentOut,
     DocumentPatch,
 )
+from ragkb_api.paging import Page, PageRequest, page_of
 from ragkb_core.errors import InvalidInput, PayloadTooLarge, RagkbError
 from ragkb_core.formats import PLAIN_TEXT, detect_media_type
 from ragkb_core.retriever_client import RetrieverClient
@@ -30,7 +31,7 @@ from ragkb_core.settings import LimitSettings
 from ragkb_store.blobs import BlobStore, sha256_of
 from ragkb_store.db.models import Document
 from ragkb_store.knowledge_bases import load_kb, load_writable_kb
-from ragkb_store.ledger import DocumentLedger, NewVersion
+from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger, NewVersion
 from ragkb_store.queue import enqueue_ingest
 
 _log = logging.getLogger("ragkb.api")
@@ -43,6 +44,15 @@ class Upload:
     data: bytes
     filename: str | None
     declared_type: str | None
+
+
+@dataclass(frozen=True)
+class DocumentFilters:
+    """Which documents a listing shows (None: any)."""
+
+    status: str | None = None
+    label: str | None = None
+    doc_type: str | None = None
 
 
 # One document's fields and content, read and validated, ready for DocumentService.accept.
@@ -110,16 +120,27 @@ class DocumentService:
             return _refused(index, fields.source_id, exc)
         return BatchItemResult(index=index, source_id=fields.source_id, document=document)
 
-    def list(self, kb_id: str, status: str | None, caller: Caller) -> list[DocumentOut]:
-        """The KB's documents, those inside the caller's search filter only."""
+    def list(self, kb_id: str, filters: DocumentFilters, caller: Caller, page: PageRequest) -> Page[DocumentOut]:
+        """A page of the KB's documents, oldest first, of those inside the caller's search filter and the
+        request's filters (status and doc_type in SQL; labels, and a key's filter, on the rows)."""
         scope = caller.document_scope
         with self._sessions() as session:
             load_kb(session, kb_id)
-            query = select(Document).where(Document.kb_id == kb_id).order_by(Document.created_at)
-            if status is not None:
-                query = query.where(Document.status == status)
-            documents = session.scalars(query)
-            return [document_out(doc) for doc in documents if scope.admits(doc.labels, doc.doc_type)]
+            query = select(Document).where(Document.kb_id == kb_id).order_by(Document.created_at, Document.id)
+            if filters.status is not None:
+                query = query.where(Document.status == filters.status)
+            if filters.doc_type is not None:
+                query = query.where(Document.doc_type == filters.doc_type)
+            if scope == EVERY_DOCUMENT and filters.label is None:  # the database pages
+                total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+                rows = session.scalars(query.limit(page.limit).offset(page.offset))
+                return Page([document_out(doc) for doc in rows], total, page)
+            matching = [
+                document_out(doc)
+                for doc in session.scalars(query)
+                if scope.admits(doc.labels, doc.doc_type) and (filters.label is None or filters.label in doc.labels)
+            ]
+        return page_of(matching, page)
 
     def get(self, kb_id: str, document_id: str, caller: Caller) -> DocumentOut:
         return document_out(self._ledger.get(kb_id, document_id, caller.document_scope))

@@ -22,6 +22,7 @@ from ragkb_api.evaluations.schemas import (
     QuestionSetOut,
     QuestionSetPatch,
 )
+from ragkb_api.paging import Page, PageRequest
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.ids import new_id
 from ragkb_core.settings import LimitSettings
@@ -66,13 +67,13 @@ class QuestionSetService:
             raise Conflict(f"knowledge base {kb_id} already has a question set named {name!r}") from exc
         return self.get_summary(kb_id, set_id)
 
-    def list(self, kb_id: str) -> list[QuestionSetOut]:
+    def list(self, kb_id: str, page: PageRequest) -> Page[QuestionSetOut]:
+        query = select(QuestionSet).where(QuestionSet.kb_id == kb_id).order_by(QuestionSet.created_at, QuestionSet.id)
         with self._sessions() as session:
             load_kb(session, kb_id)
-            sets = session.scalars(
-                select(QuestionSet).where(QuestionSet.kb_id == kb_id).order_by(QuestionSet.created_at)
-            ).all()
-            return [_summary(session, question_set) for question_set in sets]
+            total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+            sets = session.scalars(query.limit(page.limit).offset(page.offset)).all()
+            return Page([_summary(session, question_set) for question_set in sets], total, page)
 
     def get_summary(self, kb_id: str, set_id: str) -> QuestionSetOut:
         with self._sessions() as session:

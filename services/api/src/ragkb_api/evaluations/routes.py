@@ -1,4 +1,4 @@
-""""""
+"""Routes of question sets (JSON or BEIR files) and evaluations of a KB."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import json
 from typing import Annotated, Any, Literal
 
 from anyio.to_thread import run_sync
-from litestar import Controller, Request, delete, get, patch, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import UploadFile
 from litestar.params import Parameter
 from pydantic import ValidationError
@@ -23,6 +23,7 @@ from ragkb_api.evaluations.schemas import (
     QuestionSetPatch,
 )
 from ragkb_api.evaluations.service import EvaluationService
+from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_core.errors import InvalidInput, UnsupportedMediaType
 from ragkb_http import access
 
@@ -48,9 +49,23 @@ class QuestionSetController(Controller):
     ) -> QuestionSetOut:
         return await _create(request, kb_id, question_set_service)
 
-    @get("/", sync_to_thread=True, summary="The KB's question sets", opt=access("read"))
-    def list_all(self, kb_id: str, question_set_service: QuestionSetService) -> list[QuestionSetOut]:
-        return question_set_service.list(kb_id)
+    @get(
+        "/",
+        sync_to_thread=True,
+        summary="The KB's question sets, a page at a time",
+        opt=access("read"),
+        response_headers=PAGE_HEADERS,
+    )
+    def list_all(
+        self,
+        *,
+        kb_id: str,
+        request: Request[Any, Any, Any],
+        question_set_service: QuestionSetService,
+        limit: Limit = MAX_PAGE,
+        offset: Offset = 0,
+    ) -> Response[list[QuestionSetOut]]:
+        return paged_response(question_set_service.list(kb_id, PageRequest(limit, offset)), request)
 
     @get(
         "/{set_id:str}",

@@ -1,4 +1,4 @@
-""""""
+"""Routes of sync, retry-failed, re-index and rollback on a KB, and of jobs: read, list, follow (SSE), cancel."""
 
 from __future__ import annotations
 
@@ -8,16 +8,17 @@ from typing import Annotated, Any
 
 import anyio
 from anyio.to_thread import run_sync
-from litestar import Controller, get, post
+from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
 from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from ragkb_api.access import Caller
 from ragkb_api.jobs.reindex import ReindexService
 from ragkb_api.jobs.schemas import JobOut, ReindexRequest, SyncPlanOut, SyncRequest
-from ragkb_api.jobs.service import MAX_JOBS_LISTED, RECENT_JOBS, JobService, JobSnapshot
+from ragkb_api.jobs.service import RECENT_JOBS, JobService, JobSnapshot
 from ragkb_api.knowledge_bases.schemas import KnowledgeBaseOut
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
+from ragkb_api.paging import PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_core.errors import RagkbError
 from ragkb_http import access
 from ragkb_store.states import JobKind
@@ -102,18 +103,22 @@ class KnowledgeBaseJobController(Controller):
     @get(
         "/jobs",
         sync_to_thread=True,
-        summary="Recent jobs of a knowledge base (every kind but ingest runs, unless `kind` asks for them)",
+        summary="Jobs of a knowledge base, newest first (every kind but ingest runs, unless `kind` asks for them)",
         opt=access("read"),
+        response_headers=PAGE_HEADERS,
     )
     def list_jobs(
         self,
+        *,
         kb_id: str,
+        request: Request[Any, Any, Any],
         job_service: JobService,
         caller: Caller,
         kind: Annotated[JobKind | None, Parameter(query="kind")] = None,
-        limit: Annotated[int, Parameter(query="limit", ge=1, le=MAX_JOBS_LISTED)] = RECENT_JOBS,
-    ) -> list[JobOut]:
-        return job_service.list_for_kb(kb_id, caller, kind, limit)
+        limit: Limit = RECENT_JOBS,
+        offset: Offset = 0,
+    ) -> Response[list[JobOut]]:
+        return paged_response(job_service.list_for_kb(kb_id, caller, kind, PageRequest(limit, offset)), request)
 
 
 class JobController(Controller):

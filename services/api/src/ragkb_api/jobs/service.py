@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass
 
 from celery import Celery
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller, Permission
@@ -30,6 +30,7 @@ from ragkb_api.jobs.schemas import (
     SyncUpload,
 )
 from ragkb_api.jobs.sync import ManifestEntry, StoredDocument, SyncPlan, SyncRules, plan_sync
+from ragkb_api.paging import Page, PageRequest
 from ragkb_core.errors import Conflict, Forbidden, NotFound, RagkbError
 from ragkb_core.kb_settings import KbSync
 from ragkb_core.settings import JobSettings
@@ -45,7 +46,6 @@ from ragkb_store.states import FINISHED_JOB_STATUSES, ItemAction, JobKind
 
 _log = logging.getLogger("ragkb.api.jobs")
 RECENT_JOBS = 50
-MAX_JOBS_LISTED = 500
 
 
 @dataclass(frozen=True)
@@ -141,20 +141,23 @@ class JobService:
             progress.refresh_job(session, job, self._settings.upload_wait_s)
             return _job_out(session, job)
 
-    def list_for_kb(
-        self, kb_id: str, caller: Caller, kind: JobKind | None = None, limit: int = RECENT_JOBS
-    ) -> list[JobOut]:
-        """The KB's recent jobs, newest first: of one kind, or every kind but the one-document `ingest` runs
+    def list_for_kb(self, kb_id: str, caller: Caller, kind: JobKind | None, page: PageRequest) -> Page[JobOut]:
+        """A page of the KB's jobs, newest first: of one kind, or every kind but the one-document `ingest` runs
         (those are listed when asked for: one per version of each document, and only of the documents the
         caller's search filter lets it see)."""
         kinds = Job.kind == kind if kind is not None else Job.kind != JobKind.INGEST
         with transaction(self._sessions) as session:
             load_kb(session, kb_id)
             query = select(Job).where(Job.kb_id == kb_id, kinds).order_by(Job.created_at.desc(), Job.id)
-            jobs = [job for job in session.scalars(query.limit(limit)) if _visible(session, job, caller)]
+            if caller.document_scope == EVERY_DOCUMENT:
+                total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+                jobs = list(session.scalars(query.limit(page.limit).offset(page.offset)))
+            else:
+                visible = [job for job in session.scalars(query) if _visible(session, job, caller)]
+                total, jobs = len(visible), visible[page.offset : page.offset + page.limit]
             for job in jobs:
                 progress.refresh_job(session, job, self._settings.upload_wait_s)
-            return [_job_out(session, job) for job in jobs]
+            return Page([_job_out(session, job) for job in jobs], total, page)
 
     def cancel(self, job_id: str, caller: Caller) -> JobOut:
         with transaction(self._sessions) as session:

@@ -1,11 +1,14 @@
-""""""
+"""Routes of API keys (admin only): create, list, change, revoke."""
 
 from __future__ import annotations
 
-from litestar import Controller, delete, get, patch, post
+from typing import Any
+
+from litestar import Controller, Request, Response, delete, get, patch, post
 
 from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyOut, ApiKeyPatch
 from ragkb_api.keys.service import ApiKeyService
+from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_http import access
 
 
@@ -18,9 +21,16 @@ class ApiKeyController(Controller):
     def create(self, data: ApiKeyCreate, key_service: ApiKeyService) -> ApiKeyCreated:
         return key_service.create(data)
 
-    @get("/", sync_to_thread=True, summary="List keys (never their secrets)")
-    def list_all(self, key_service: ApiKeyService) -> list[ApiKeyOut]:
-        return key_service.list()
+    @get(
+        "/",
+        sync_to_thread=True,
+        summary="List keys (never their secrets), a page at a time",
+        response_headers=PAGE_HEADERS,
+    )
+    def list_all(
+        self, request: Request[Any, Any, Any], key_service: ApiKeyService, limit: Limit = MAX_PAGE, offset: Offset = 0
+    ) -> Response[list[ApiKeyOut]]:
+        return paged_response(key_service.list(PageRequest(limit, offset)), request)
 
     @patch("/{key_id:str}", sync_to_thread=True, summary="Replace a key's grants and/or search filter")
     def update(self, key_id: str, data: ApiKeyPatch, key_service: ApiKeyService) -> ApiKeyOut:

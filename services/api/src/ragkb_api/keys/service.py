@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller, SearchRestriction, generate_key, hash_key, hashes_match, key_prefix
 from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyOut, ApiKeyPatch, KeySearchFilter
+from ragkb_api.paging import Page, PageRequest
 from ragkb_core.errors import InvalidInput, NotFound, Unauthorized
 from ragkb_core.ids import new_id
 from ragkb_store.db.engine import transaction
@@ -53,9 +54,16 @@ class ApiKeyService:
             session.flush()
             return ApiKeyCreated(**_api_key_out(key).model_dump(), key=new.plaintext)
 
-    def list(self) -> list[ApiKeyOut]:
+    def name_of(self, key_id: str) -> str | None:
         with self._sessions() as session:
-            return [_api_key_out(key) for key in session.scalars(select(ApiKey).order_by(ApiKey.created_at))]
+            return session.scalar(select(ApiKey.name).where(ApiKey.id == key_id))
+
+    def list(self, page: PageRequest) -> Page[ApiKeyOut]:
+        query = select(ApiKey).order_by(ApiKey.created_at, ApiKey.id)
+        with self._sessions() as session:
+            total = session.scalar(select(func.count()).select_from(ApiKey)) or 0
+            keys = session.scalars(query.limit(page.limit).offset(page.offset))
+            return Page([_api_key_out(key) for key in keys], total, page)
 
     def update(self, key_id: str, patch: ApiKeyPatch) -> ApiKeyOut:
         changes = patch.model_fields_set

@@ -1,8 +1,10 @@
-""""""
+"""Routes of knowledge bases: create, list, read, change, delete (a job)."""
 
 from __future__ import annotations
 
-from litestar import Controller, delete, get, patch, post
+from typing import Any
+
+from litestar import Controller, Request, Response, delete, get, patch, post
 
 from ragkb_api.access import Caller
 from ragkb_api.jobs.schemas import JobOut
@@ -10,6 +12,7 @@ from ragkb_api.jobs.service import JobService
 from ragkb_api.knowledge_bases.deletion import KbDeletionService
 from ragkb_api.knowledge_bases.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
+from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_http import access
 
 DELETE_DESCRIPTION = """A job (kind `kb_delete`, 202): the KB's index is dropped first, then its documents in
@@ -28,9 +31,22 @@ class KnowledgeBaseController(Controller):
     def create(self, data: KnowledgeBaseCreate, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
         return kb_service.create(data)
 
-    @get("/", sync_to_thread=True, summary="List the knowledge bases this key may read", opt=access("caller"))
-    def list_all(self, kb_service: KnowledgeBaseService, caller: Caller) -> list[KnowledgeBaseOut]:
-        return kb_service.list(caller)
+    @get(
+        "/",
+        sync_to_thread=True,
+        summary="List the knowledge bases this key may read, a page at a time",
+        opt=access("caller"),
+        response_headers=PAGE_HEADERS,
+    )
+    def list_all(
+        self,
+        request: Request[Any, Any, Any],
+        kb_service: KnowledgeBaseService,
+        caller: Caller,
+        limit: Limit = MAX_PAGE,
+        offset: Offset = 0,
+    ) -> Response[list[KnowledgeBaseOut]]:
+        return paged_response(kb_service.list(caller, PageRequest(limit, offset)), request)
 
     @get(
         "/{kb_id:str}",

@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_api.access import Caller
 from ragkb_api.jobs.sync import compile_exclude
 from ragkb_api.knowledge_bases.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate, RetrievalPatch
+from ragkb_api.paging import Page, PageRequest
 from ragkb_core.errors import Conflict, InvalidInput
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
@@ -59,14 +60,16 @@ class KnowledgeBaseService:
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
 
-    def list(self, caller: Caller) -> list[KnowledgeBaseOut]:
-        query = select(KnowledgeBase).order_by(KnowledgeBase.created_at)
+    def list(self, caller: Caller, page: PageRequest) -> Page[KnowledgeBaseOut]:
+        """A page of the KBs the caller may read, oldest first."""
+        query = select(KnowledgeBase).order_by(KnowledgeBase.created_at, KnowledgeBase.id)
         if not caller.is_admin:
             query = query.where(KnowledgeBase.id.in_(caller.readable(caller.grants)))
         with self._sessions() as session:
-            kbs = session.scalars(query).all()
+            total = session.scalar(select(func.count()).select_from(query.order_by(None).subquery())) or 0
+            kbs = session.scalars(query.limit(page.limit).offset(page.offset)).all()
             counts = _status_counts(session, [kb.id for kb in kbs])
-            return [_kb_out(kb, counts.get(kb.id, {})) for kb in kbs]
+            return Page([_kb_out(kb, counts.get(kb.id, {})) for kb in kbs], total, page)
 
     def get(self, kb_id: str) -> KnowledgeBaseOut:
         with self._sessions() as session:

@@ -1,4 +1,4 @@
-""""""
+"""Routes of search, search-test and analyze."""
 
 from __future__ import annotations
 

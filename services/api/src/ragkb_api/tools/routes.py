@@ -1,4 +1,4 @@
-""""""
+"""Routes of the agent tools (/v1/tools/...), context assembly (/v1/context) and MCP (/mcp)."""
 
 from __future__ import annotations
 
