@@ -16,10 +16,8 @@ from litestar.params import Parameter
 T = TypeVar("T")
 MAX_PAGE = 10_000
 
-Limit = Annotated[
-    int, Parameter(query="limit", ge=1, le=MAX_PAGE, description=f"items in this page (at most {MAX_PAGE})")
-]
-Offset = Annotated[int, Parameter(query="offset", ge=0, description="items to skip (the Link header gives the next)")]
+Limit = Annotated[int, Parameter(ge=1, le=MAX_PAGE, description=f"items in this page (at most {MAX_PAGE})")]
+Offset = Annotated[int, Parameter(ge=0, description="items to skip (the Link header gives the next)")]
 PAGE_HEADERS = [
     ResponseHeader(name="X-Total-Count", description="how many items the list holds in all", documentation_only=True),
     ResponseHeader(
