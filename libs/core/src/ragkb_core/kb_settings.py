@@ -5,7 +5,7 @@ Stored as JSON on the KB row; the defaults here are the only chunking defaults."
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -190,12 +190,40 @@ class KbRetrieval(BaseModel):
 
 # -- keyword analysis ----------------------------------------------------------------------------------
 
+# Languages with a Snowball stemmer (PyStemmer's names).
+StemLanguage = Literal[
+    "english", "french", "german", "spanish", "italian", "portuguese", "dutch", "swedish", "norwegian", "danish",
+    "finnish", "hungarian", "romanian", "turkish", "indonesian", "catalan", "basque", "irish", "lithuanian",
+    "czech", "polish", "estonian", "russian", "greek", "arabic", "hindi", "nepali", "tamil", "armenian", "yiddish",
+]  # fmt: skip
+_OTHER_SCRIPTS: dict[str, str] = {
+    "russian": "cyrillic",
+    "greek": "greek",
+    "arabic": "arabic",
+    "hindi": "devanagari",
+    "nepali": "devanagari",
+    "tamil": "tamil",
+    "armenian": "armenian",
+    "yiddish": "hebrew",
+}
+# The script each language stems (ragkb_analyzer.scripts names them): a KB stems each word by the language it
+# configured for that word's script, so it may configure at most one language per script.
+LANGUAGE_SCRIPTS: dict[str, str] = {
+    language: _OTHER_SCRIPTS.get(language, "latin") for language in get_args(StemLanguage)
+}
+MAX_LANGUAGES = 4
+
+
+def _english() -> list[StemLanguage]:
+    return ["english"]
+
 
 class KbAnalyzer(BaseModel):
     """How a KB's text becomes BM25 terms. Fixed when the KB is created; changed only by re-indexing.
 
     `japanese`: "sudachi" — Sudachi split mode C, normalized forms; "char-bigram" — overlapping
-    character bigrams of Japanese runs (the plain baseline). Latin words are lower-cased in both."""
+    character bigrams of Japanese runs (the plain baseline). `words`: how every other script becomes terms
+    (see the field)."""
 
     japanese: Literal["sudachi", "char-bigram"] = "sudachi"
     # With sudachi: also index the mode A sub-words of long compounds (recall for partial-word queries).
@@ -204,26 +232,57 @@ class KbAnalyzer(BaseModel):
     # measured on JSQuAD (bench/analyzers.py), nDCG@10 0.9468 against 0.9420 for Sudachi alone and 0.9389 for
     # plain bigrams. KBs created before this setting existed are stored with it off (migration 0005).
     char_bigrams: bool = True
+    # "unicode" (analyzer version 2, the default for new KBs): words of every script by Unicode word
+    # segmentation, case- and accent-folded, stop words removed and stemmed per `languages`; Thai, Lao,
+    # Myanmar and Khmer as grapheme bigrams, Korean words whole plus syllable bigrams. "ascii-lower"
+    # (version 1): runs of a-z and 0-9, lower-cased, and nothing of other scripts ("Müller" → m, ller). Every
+    # KB created before version 2 is stored with "ascii-lower" (migration 0010) and keeps it until re-indexed.
+    words: Literal["ascii-lower", "unicode"] = "unicode"
+    # Snowball stemmers (and stop words, where `stop_words`), at most one language per script: a word is
+    # stemmed by the language of its script, so ["english", "russian"] stems both in a mixed KB.
+    languages: list[StemLanguage] = Field(default_factory=_english, max_length=MAX_LANGUAGES)
+    # Drop each language's stop words (English: Lucene's 33; others: Snowball's lists).
+    stop_words: bool = True
 
     @property
     def version(self) -> str:
-        """Stamped on every indexed chunk: a change of terms needs a re-index. The default keeps the
-        version indexes were built with before analyzers were configurable."""
-        if self.japanese == "char-bigram":
-            return "cjk-bigram+latin-lower/1"
-        extras = ("+mode-a-sub" if self.sudachi_mode_a_subwords else "") + ("+cjk-bigram" if self.char_bigrams else "")
-        return f"sudachi-c-norm+latin-lower/1{extras}"
+        """Stamped on every indexed chunk: a change of terms needs a re-index. Version 1 keeps the stamps
+        indexes were built with before analyzers were configurable."""
+        if self.words == "ascii-lower":
+            if self.japanese == "char-bigram":
+                return "cjk-bigram+latin-lower/1"
+            return f"sudachi-c-norm+latin-lower/1{self._extras()}"
+        japanese = "cjk-bigram" if self.japanese == "char-bigram" else "sudachi-c-norm"
+        stemming = "".join(f"-{language}" for language in self.languages)
+        return f"{japanese}+uax29-fold{'-stop' if self.stop_words else ''}{stemming}/2{self._extras()}"
+
+    def _extras(self) -> str:
+        return ("+mode-a-sub" if self.sudachi_mode_a_subwords else "") + ("+cjk-bigram" if self.char_bigrams else "")
 
     @model_validator(mode="before")
     @classmethod
-    def _bigram_analyzer_has_no_extras(cls, data: Any) -> Any:
+    def _defaults_of_the_variant(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
         # char_bigrams defaults to on for Sudachi; for the plain bigram analyzer it is not an extra at all.
-        if isinstance(data, dict) and data.get("japanese") == "char-bigram":
-            return {"char_bigrams": False, **data}
+        if data.get("japanese") == "char-bigram":
+            data = {"char_bigrams": False, **data}
+        # Version 1 had no stemming or stop words.
+        if data.get("words") == "ascii-lower":
+            data = {"languages": [], "stop_words": False, **data}
         return data
 
     @model_validator(mode="after")
     def _extras_need_sudachi(self) -> KbAnalyzer:
         if self.japanese != "sudachi" and (self.sudachi_mode_a_subwords or self.char_bigrams):
             raise ValueError("sudachi_mode_a_subwords and char_bigrams add terms to the sudachi analyzer only")
+        return self
+
+    @model_validator(mode="after")
+    def _languages_need_unicode_words(self) -> KbAnalyzer:
+        if self.words == "ascii-lower" and (self.languages or self.stop_words):
+            raise ValueError('languages and stop_words apply to words: "unicode" only')
+        scripts = [LANGUAGE_SCRIPTS[language] for language in self.languages]
+        if len(set(scripts)) < len(scripts):
+            raise ValueError("languages: at most one language per script (a word is stemmed by its script's)")
         return self
