@@ -9,7 +9,7 @@ import pytest
 import Stemmer
 from pydantic import ValidationError
 
-from ragkb_analyzer import BIGRAM_PREFIX, Analyzer, bm25_encoder_for
+from ragkb_analyzer import BIGRAM_PREFIX, Analyzer, bm25_encoder_for, term_id
 from ragkb_analyzer.scripts import Script
 from ragkb_analyzer.words import stop_words_of
 from ragkb_core.kb_settings import LANGUAGE_SCRIPTS, KbAnalyzer, StemLanguage
@@ -28,9 +28,9 @@ def matches(config: KbAnalyzer, query: str, document: str) -> bool:
 def test_new_kbs_get_version_2_with_english_stemming_and_stop_words() -> None:
     config = KbAnalyzer()
     assert (config.words, config.languages, config.stop_words) == ("unicode", ["english"], True)
-    assert DEFAULT.version == "sudachi-c-norm+uax29-fold-stop-english/2+cjk-bigram"
+    assert DEFAULT.version == "sudachi-c-norm+uax29-fold-stop-english+title2/2+cjk-bigram"
     assert KbAnalyzer(languages=["english", "russian"], stop_words=False).version == (
-        "sudachi-c-norm+uax29-fold-english-russian/2+cjk-bigram"
+        "sudachi-c-norm+uax29-fold-english-russian+title2/2+cjk-bigram"
     )
     assert len({DEFAULT.version, VERSION_1.version, Analyzer(KbAnalyzer(languages=[])).version}) == 3
 
@@ -132,3 +132,24 @@ def test_every_language_has_a_stemmer_and_a_known_script() -> None:
         assert Stemmer.Stemmer(language).stemWord("test")
     assert "the" in stop_words_of("english") and "und" in stop_words_of("german") and "и" in stop_words_of("russian")
     assert stop_words_of("greek") == frozenset()  # no list shipped: nothing is dropped
+
+
+def test_the_title_counts_twice_in_a_chunks_keyword_terms_from_version_2_on() -> None:
+    settings = AnalyzerSettings()
+    chunk = "Aspirin trial\nPatients took aspirin daily."  # as the worker indexes it: title, then the chunk
+    for config, title_weight in (
+        (KbAnalyzer(), 2),
+        (KbAnalyzer(title_weight=1), 1),
+        (KbAnalyzer(words="ascii-lower"), 1),
+    ):
+        encoder = bm25_encoder_for(config, settings)
+        with_title = encoder.encode_document(chunk, "Aspirin trial")
+        expected = encoder.term_weights(
+            encoder.analyzer.analyze("\n".join(["Aspirin trial"] * (title_weight - 1) + [chunk]))
+        )
+        assert dict(zip(with_title.indices, with_title.values, strict=True)) == pytest.approx(
+            {term_id(term): weight for term, weight in expected.items()}
+        )
+    assert KbAnalyzer().title_weight == 2 and KbAnalyzer.model_validate({"words": "ascii-lower"}).title_weight == 1
+    with pytest.raises(ValidationError):
+        KbAnalyzer(words="ascii-lower", title_weight=2)

@@ -144,18 +144,21 @@ class KbRetrieval(BaseModel):
 
     # Passages a KB contributes to an answer.
     top_k: int = Field(default=12, ge=1, le=MAX_TOP_K)
-    # Dense + BM25 fused by RRF; off: dense only. A request's `mode` overrides it.
+    # Dense + BM25 fused (see `fusion`); off: dense only. A request's `mode` overrides it.
     hybrid: bool = True
-    # How hybrid fuses its legs (see FusionMethod); rrf_k and the weights apply to "rrf". DBSF by default:
-    # measured (bench/quality.py, legs of the same runs fused both ways) it beats RRF and both single legs on
-    # SciFact (nDCG@10 0.727 vs RRF 0.706, dense 0.676) and JSQuAD (0.948 vs RRF 0.923, keyword 0.936), where
-    # RRF cannot beat a keyword leg that is far stronger than the dense one.
+    # How hybrid fuses its legs (see FusionMethod). The defaults — DBSF, keyword leg weighted 1.5 against the dense
+    # leg's 1, rrf_k 60 for RRF — were chosen by cross-validation across SciFact, JSQuAD and a JaQuAD passage set
+    # (bench/fusion.py: leave one collection out and 5 folds within collections; README, Benchmarks): chosen
+    # without a collection, they were the best on it within 0.003 nDCG@10 every time, and RRF (any k, any
+    # weights) lost to DBSF on every collection, most where one leg is far stronger than the other (JSQuAD).
     fusion: FusionMethod = "dbsf"
     # Reciprocal Rank Fusion constant in the paper's convention: score = Σ 1 / (k + rank / weight), rank from 1
     # (Qdrant's rank-scaling weights; weight 1 is plain RRF).
     rrf_k: int = Field(default=60, ge=1, le=1000)
+    # Leg weights: RRF scales a leg's ranks (above); DBSF multiplies a leg's normalised scores (the engine's DBSF
+    # has none, so weighted DBSF is fused by the retriever from the engine's two legs). 0 drops the leg.
     dense_weight: float = Field(default=1.0, ge=0, le=10)
-    keyword_weight: float = Field(default=1.0, ge=0, le=10)
+    keyword_weight: float = Field(default=1.5, ge=0, le=10)
     # None: rerank when the server has a reranker model configured (RAGKB_RERANKER__MODEL).
     rerank: bool | None = None
     # A sentence-transformers cross-encoder id or folder; None: the server's default reranker. It must be
@@ -212,6 +215,7 @@ LANGUAGE_SCRIPTS: dict[str, str] = {
     language: _OTHER_SCRIPTS.get(language, "latin") for language in get_args(StemLanguage)
 }
 MAX_LANGUAGES = 4
+MAX_TITLE_WEIGHT = 4
 
 
 def _english() -> list[StemLanguage]:
@@ -243,6 +247,10 @@ class KbAnalyzer(BaseModel):
     languages: list[StemLanguage] = Field(default_factory=_english, max_length=MAX_LANGUAGES)
     # Drop each language's stop words (English: Lucene's 33; others: Snowball's lists).
     stop_words: bool = True
+    # How many times the document's title counts in each chunk's keyword terms (every chunk is indexed after its
+    # title and heading path, as it is embedded; 2 adds the title once more). 2 by default: chosen by
+    # cross-validation across SciFact, JSQuAD and JaQuAD (bench/fusion.py), better than 1 and than none.
+    title_weight: int = Field(default=2, ge=1, le=MAX_TITLE_WEIGHT)
 
     @property
     def version(self) -> str:
@@ -254,7 +262,8 @@ class KbAnalyzer(BaseModel):
             return f"sudachi-c-norm+latin-lower/1{self._extras()}"
         japanese = "cjk-bigram" if self.japanese == "char-bigram" else "sudachi-c-norm"
         stemming = "".join(f"-{language}" for language in self.languages)
-        return f"{japanese}+uax29-fold{'-stop' if self.stop_words else ''}{stemming}/2{self._extras()}"
+        title = f"+title{self.title_weight}" if self.title_weight != 1 else ""
+        return f"{japanese}+uax29-fold{'-stop' if self.stop_words else ''}{stemming}{title}/2{self._extras()}"
 
     def _extras(self) -> str:
         return ("+mode-a-sub" if self.sudachi_mode_a_subwords else "") + ("+cjk-bigram" if self.char_bigrams else "")
@@ -267,9 +276,9 @@ class KbAnalyzer(BaseModel):
         # char_bigrams defaults to on for Sudachi; for the plain bigram analyzer it is not an extra at all.
         if data.get("japanese") == "char-bigram":
             data = {"char_bigrams": False, **data}
-        # Version 1 had no stemming or stop words.
+        # Version 1 had no stemming or stop words, and indexed the title once.
         if data.get("words") == "ascii-lower":
-            data = {"languages": [], "stop_words": False, **data}
+            data = {"languages": [], "stop_words": False, "title_weight": 1, **data}
         return data
 
     @model_validator(mode="after")
@@ -280,8 +289,8 @@ class KbAnalyzer(BaseModel):
 
     @model_validator(mode="after")
     def _languages_need_unicode_words(self) -> KbAnalyzer:
-        if self.words == "ascii-lower" and (self.languages or self.stop_words):
-            raise ValueError('languages and stop_words apply to words: "unicode" only')
+        if self.words == "ascii-lower" and (self.languages or self.stop_words or self.title_weight != 1):
+            raise ValueError('languages, stop_words and title_weight apply to words: "unicode" only')
         scripts = [LANGUAGE_SCRIPTS[language] for language in self.languages]
         if len(set(scripts)) < len(scripts):
             raise ValueError("languages: at most one language per script (a word is stemmed by its script's)")
