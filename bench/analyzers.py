@@ -5,7 +5,8 @@
 
 BM25 is computed as the engine computes it: document weights from Bm25Encoder.encode_document (the server's
 default k1, b and avg_len), on the text the worker indexes — "title > heading path" + newline + chunk text,
-which for a whole BEIR document (one chunk, no headings) is title + newline + text; query weight 1 per
+which for a whole BEIR document (one chunk, no headings) is title + newline + text, with the title counted as
+often as the analyzer's title_weight says; query weight 1 per
 distinct term (encode_query); IDF ln((N − n + 0.5)/(n + 0.5) + 1) over term ids, as Qdrant's IDF modifier.
 Only documents sharing a term with the query are ranked (as a sparse search returns them). Reports
 nDCG@10, Recall@100 and MRR@10, the index build time (analysis + encoding of the corpus) and the index's
@@ -37,6 +38,7 @@ from ragkb_core.settings import AnalyzerSettings
 VARIANTS: dict[str, KbAnalyzer] = {
     "v1 (ascii-lower, sudachi+bigram)": KbAnalyzer(words="ascii-lower"),
     "v2 (default)": KbAnalyzer(),
+    "v2 title once": KbAnalyzer(title_weight=1),
     "v2 no stop words": KbAnalyzer(stop_words=False),
     "v2 no stemming": KbAnalyzer(languages=[]),
     "v2 sudachi alone": KbAnalyzer(char_bigrams=False),
@@ -90,7 +92,7 @@ def evaluate(
     name: str, encoder: Bm25Encoder, corpus: list[dict[str, Any]], queries: list[dict[str, Any]], qrels: Any
 ) -> tuple[dict[str, Any], list[float]]:
     started = time.perf_counter()
-    index = KeywordIndex([encoder.encode_document(f"{doc['title']}\n{doc['text']}") for doc in corpus])
+    index = KeywordIndex([encoder.encode_document(f"{doc['title']}\n{doc['text']}", doc["title"]) for doc in corpus])
     build_s = time.perf_counter() - started
     ids = [doc["_id"] for doc in corpus]
     started = time.perf_counter()
