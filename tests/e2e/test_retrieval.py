@@ -122,7 +122,7 @@ def test_retrieval_settings_are_per_kb_validated_and_patched_in_place(ragkb: Run
         "stop_words": True,
         "title_weight": 2,
     }
-    assert kb["retrieval"]["keyword_weight"] == 1.5 and kb["retrieval"]["dense_weight"] == 1
+    assert kb["retrieval"]["keyword_weight"] == kb["retrieval"]["dense_weight"] == 1
     assert kb["retrieval"]["fusion"] == "dbsf"
 
     patched = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"retrieval": {"top_k": 3}})

@@ -146,11 +146,11 @@ class KbRetrieval(BaseModel):
     top_k: int = Field(default=12, ge=1, le=MAX_TOP_K)
     # Dense + BM25 fused (see `fusion`); off: dense only. A request's `mode` overrides it.
     hybrid: bool = True
-    # How hybrid fuses its legs (see FusionMethod). The defaults — DBSF, keyword leg weighted 1.5 against the dense
-    # leg's 1, rrf_k 60 for RRF — were chosen by cross-validation across SciFact, JSQuAD and a JaQuAD passage set
-    # (bench/fusion.py: leave one collection out and 5 folds within collections; README, Benchmarks): chosen
-    # without a collection, they were the best on it within 0.003 nDCG@10 every time, and RRF (any k, any
-    # weights) lost to DBSF on every collection, most where one leg is far stronger than the other (JSQuAD).
+    # How hybrid fuses its legs (see FusionMethod). DBSF with equal leg weights, chosen by cross-validation across
+    # SciFact, JSQuAD and a JaQuAD passage set (bench/fusion.py, leave one collection out and 5 folds within them;
+    # README, Benchmarks): RRF (any k, any weights) lost to DBSF on every collection, most where one leg is far
+    # stronger than the other (JSQuAD). A keyword weight of 1.5 measured 0.0005 better on average (less than the
+    # noise of ties) but 0.005 worse for KBs still on analyzer version 1 (SciFact), which follow this default.
     fusion: FusionMethod = "dbsf"
     # Reciprocal Rank Fusion constant in the paper's convention: score = Σ 1 / (k + rank / weight), rank from 1
     # (Qdrant's rank-scaling weights; weight 1 is plain RRF).
@@ -158,7 +158,7 @@ class KbRetrieval(BaseModel):
     # Leg weights: RRF scales a leg's ranks (above); DBSF multiplies a leg's normalised scores (the engine's DBSF
     # has none, so weighted DBSF is fused by the retriever from the engine's two legs). 0 drops the leg.
     dense_weight: float = Field(default=1.0, ge=0, le=10)
-    keyword_weight: float = Field(default=1.5, ge=0, le=10)
+    keyword_weight: float = Field(default=1.0, ge=0, le=10)
     # None: rerank when the server has a reranker model configured (RAGKB_RERANKER__MODEL).
     rerank: bool | None = None
     # A sentence-transformers cross-encoder id or folder; None: the server's default reranker. It must be
