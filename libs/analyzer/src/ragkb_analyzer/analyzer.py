@@ -34,10 +34,6 @@ _LATIN_WORD = re.compile(r"[0-9a-z]+(?:[._'][0-9a-z]+)*")
 _HAS_JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005\u30fc]")
 # Runs that character bigrams are taken from: kana, kanji, 々 and ー, but not the middle dot ・ (a separator).
 _JAPANESE_RUN = re.compile(r"[\u3040-\u309f\u30a0-\u30fa\u30fc-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005]+")
-# Bigram terms (BIGRAM_PREFIX + two characters) live in the same 32-bit term-id space as words; the prefix
-# keeps the bigram 日本 apart from the word 日本. A control character never survives into a word term (Sudachi
-# files it under 補助記号/空白, and neither word pattern matches it).
-
 _dictionary_lock = threading.Lock()
 
 

@@ -25,8 +25,9 @@ import Stemmer
 from ragkb_analyzer.scripts import Script, word_script
 from ragkb_core.kb_settings import LANGUAGE_SCRIPTS, StemLanguage
 
-# Bigram terms share the 32-bit term-id space with words; the prefix keeps the bigram 학교 apart from the word
-# 학교 (and from a Japanese bigram of the same characters, which carries the same prefix and may match it).
+# Bigram terms (Japanese, Korean, Thai…) share the 32-bit term-id space with words; the prefix keeps the bigram
+# 日本 apart from the word 日本. A control character never survives into a word term (Sudachi files it under
+# 補助記号/空白, and neither word pattern matches it).
 BIGRAM_PREFIX = "\x02"
 
 # Unicode default word boundaries (UAX #29): the `regex` module's WORD flag; V1 for full Unicode properties.
