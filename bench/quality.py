@@ -14,7 +14,10 @@ process against the same live service:
   returned — so its Recall@100 is not measured (null); its budget is lifted (`--rerank-settings` changes
   either), so the figure is the model's quality, not the machine's load at the time;
 - keyword on `bench-<corpus>-char-bigram` when that KB exists: the plain character-bigram BM25 baseline
-  (`bench/ingest.py --corpus jsquad --kb-name bench-jsquad-char-bigram --analyzer '{"japanese": "char-bigram"}'`).
+  (`bench/ingest.py --corpus jsquad --kb-name bench-jsquad-char-bigram --analyzer '{"japanese": "char-bigram"}'`);
+- the keyword leg's peer, in this process on the same documents and queries: plain Lucene BM25 (`bm25s` with its
+  English stemmer and stop words, bench/lucene_bm25.py) over whole documents; English only, it means little
+  on Japanese (no `--no-bm25s`).
 
 `--settings` applies retrieval overrides (the search API's `settings`) to every run: one parameter at a time
 on the same question set.
@@ -29,6 +32,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+import lucene_bm25
 from common import DATA, client, find_kb, ndcg_at_k, read_jsonl, read_qrels, save_result
 
 DEPTH = 100
@@ -93,6 +97,19 @@ def evaluate(
     }
 
 
+def evaluate_bm25s(corpus: str, queries: list[dict[str, Any]], qrels: dict[str, dict[str, int]]) -> dict[str, Any]:
+    documents = list(read_jsonl(DATA / corpus / "corpus.jsonl"))
+    ranked = lucene_bm25.rankings(documents, [query["text"] for query in queries], DEPTH)
+    scores: dict[str, list[float]] = {"ndcg@10": [], "recall@100": [], "mrr@10": []}
+    for found, query in zip(ranked, queries, strict=True):
+        relevant = qrels[query["_id"]]
+        scores["ndcg@10"].append(ndcg_at_k(found, relevant, 10))
+        scores["recall@100"].append(recall_at_100(found, relevant))
+        scores["mrr@10"].append(mrr_at_10(found, relevant))
+    summary = {metric: round(statistics.fmean(values), 4) for metric, values in scores.items()}
+    return {"run": "keyword peer: " + lucene_bm25.NAME, "kb": None, **summary, "server_ms_p50": None, "degraded": []}
+
+
 def reranks(http: Any, kb_id: str, query: str) -> bool:
     """Whether the server reranks a hybrid answer of this KB (it has a reranker, and it loaded)."""
     body = {"query": query, "knowledge_base_ids": [kb_id], "mode": "hybrid", "settings": RERANK_SETTINGS}
@@ -131,6 +148,7 @@ def main() -> None:
         "--rerank-settings", type=json.loads, default={}, help="more overrides for the hybrid+rerank run (JSON)"
     )
     parser.add_argument("--label", default="", help="a name for this configuration in the results file")
+    parser.add_argument("--no-bm25s", action="store_true", help="skip the plain Lucene BM25 (bm25s) peer")
     args = parser.parse_args()
     http = client(args.url)
     rows = []
@@ -157,6 +175,12 @@ def main() -> None:
             row["seconds"] = round(time.perf_counter() - started, 1)
             rows.append(row)
             print(row, flush=True)
+        if not args.no_bm25s:
+            started = time.perf_counter()
+            row = {"corpus": corpus, "split": split, "queries": len(queries), **evaluate_bm25s(corpus, queries, qrels)}
+            row["seconds"] = round(time.perf_counter() - started, 1)
+            rows.append(row)
+            print(row, flush=True)
     name = f"quality-{args.label}" if args.label else "quality"
     result = {"settings": args.settings, "rerank_settings": args.rerank_settings, "rows": rows}
     save_result(name, result, markdown(rows))
@@ -170,9 +194,10 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         note = ("degraded: " + "; ".join(r["degraded"])) if r["degraded"] else ""
         recall = "–" if r["recall@100"] is None else r["recall@100"]
+        server = "–" if r["server_ms_p50"] is None else r["server_ms_p50"]
         lines.append(
             f"| {r['corpus']} ({r['split']}) | {r['queries']} | {r['run']} | {r['ndcg@10']} | {recall} | "
-            f"{r['mrr@10']} | {r['server_ms_p50']} | {note} |"
+            f"{r['mrr@10']} | {server} | {note} |"
         )
     return "\n".join(lines)
 

@@ -286,3 +286,40 @@ def test_reindex_changes_the_embedding_model_and_rollback_restores_it(ragkb: Run
     finally:
         ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
         ragkb.client.delete(f"/v1/knowledge-bases/{other_kb}")
+
+
+def _keyword_sources(ragkb: RunningRagkb, query: str, kb_id: str) -> list[str]:
+    body = {"query": query, "knowledge_base_ids": [kb_id], "mode": "keyword", "top_k": 10}
+    response = ragkb.client.post("/v1/search", json=body)
+    assert response.status_code == 200, response.text
+    return [hit["source_id"] for hit in response.json()["results"]]
+
+
+def test_a_version_1_kb_keeps_its_terms_until_a_reindex_brings_the_new_analyzer(ragkb: RunningRagkb) -> None:
+    # A KB built before analyzer version 2 reads back as words "ascii-lower" (migration 0010); made so here.
+    response = ragkb.client.post(
+        "/v1/knowledge-bases", json={"name": f"analyzer-v1-{time.monotonic_ns()}", "analyzer": {"words": "ascii-lower"}}
+    )
+    assert response.status_code == 201, response.text
+    kb_id = response.json()["id"]
+    try:
+        _add_note(ragkb, kb_id, "korean", "학생들이 학교에서 공부합니다. Students are running to school.")
+        _add_note(ragkb, kb_id, "other", "Visitors receive a badge at reception.")
+        old = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+        assert old["analyzer_version"].endswith("latin-lower/1+cjk-bigram")
+        # Version 1 has no Korean terms and no stemming: the index it built cannot find these.
+        assert _keyword_sources(ragkb, "학교", kb_id) == [] and _keyword_sources(ragkb, "run", kb_id) == []
+
+        switched = _reindex(ragkb, kb_id, {"analyzer": {}})
+        assert switched["status"] == "succeeded", switched
+        new = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+        assert new["analyzer"]["words"] == "unicode" and new["analyzer_version"] != old["analyzer_version"]
+        assert _keyword_sources(ragkb, "학교", kb_id) == ["korean"]
+        assert _keyword_sources(ragkb, "run", kb_id) == ["korean"]
+
+        rolled = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/rollback")
+        assert rolled.status_code == 200, rolled.text
+        assert rolled.json()["analyzer_version"] == old["analyzer_version"]
+        assert _keyword_sources(ragkb, "학교", kb_id) == []
+    finally:
+        ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")

@@ -113,7 +113,16 @@ def test_retrieval_settings_are_per_kb_validated_and_patched_in_place(ragkb: Run
     kb_id = _create_kb(ragkb, "retrieval-settings", {"top_k": 5, "score_threshold": 0.2})
     kb = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
     assert kb["retrieval"]["top_k"] == 5 and kb["retrieval"]["rrf_k"] == 60 and kb["retrieval"]["max_blocks"] == 12
-    assert kb["analyzer"] == {"japanese": "sudachi", "sudachi_mode_a_subwords": False, "char_bigrams": True}
+    assert kb["analyzer"] == {
+        "japanese": "sudachi",
+        "sudachi_mode_a_subwords": False,
+        "char_bigrams": True,
+        "words": "unicode",
+        "languages": ["english"],
+        "stop_words": True,
+        "title_weight": 2,
+    }
+    assert kb["retrieval"]["keyword_weight"] == kb["retrieval"]["dense_weight"] == 1
     assert kb["retrieval"]["fusion"] == "dbsf"
 
     patched = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"retrieval": {"top_k": 3}})
@@ -307,6 +316,9 @@ def test_analyze_shows_each_kbs_terms(ragkb: RunningRagkb, corpus: Corpus) -> No
     assert ragkb.wait_document(bigram_kb, document_id)["status"] == "done"
     found = _search(ragkb, [bigram_kb], query="有給休暇", mode="keyword")["results"]
     assert [hit["document_id"] for hit in found] == [document_id]
+    # Every other script is searchable too (analyzer version 2, the default of a new KB).
+    words = ragkb.client.post("/v1/analyze", json={"knowledge_base_id": bigram_kb, "text": "Müller's 학교 Привет"})
+    assert set(words.json()["tokens"]) >= {"muller", "학교", "привет"}
     unknown = ragkb.client.post("/v1/analyze", json={"knowledge_base_id": "f" * 32, "text": text})
     assert unknown.status_code == 404
     ragkb.client.delete(f"/v1/knowledge-bases/{bigram_kb}")

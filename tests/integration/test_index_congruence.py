@@ -398,11 +398,12 @@ def test_weighted_rrf_is_the_documented_formula(
     assert checked > 10
 
 
-def dbsf_oracle(legs: Sequence[Sequence[IndexHit]]) -> dict[str, float]:
+def dbsf_oracle(legs: Sequence[Sequence[IndexHit]], weights: Sequence[float] = (1.0, 1.0)) -> dict[str, float]:
     """Distribution-based score fusion as Qdrant documents it: each leg's scores mapped from [mean − 3σ,
-    mean + 3σ] (sample σ) onto [0, 1], a single result or no spread scoring 0.5, then summed."""
+    mean + 3σ] (sample σ) onto [0, 1], a single result or no spread scoring 0.5, then summed (each times its
+    leg's weight: ragkb's extension, the engine's DBSF has no weights)."""
     scores: dict[str, float] = {}
-    for leg in legs:
+    for leg, weight in zip(legs, weights, strict=True):
         values = [hit.score for hit in leg]
         if not values:
             continue
@@ -410,21 +411,33 @@ def dbsf_oracle(legs: Sequence[Sequence[IndexHit]]) -> dict[str, float]:
         spread = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5 if len(values) > 1 else 0.0
         for hit in leg:
             normalised = 0.5 if spread == 0 else (hit.score - (mean - 3 * spread)) / (6 * spread)
-            scores[hit.id] = scores.get(hit.id, 0.0) + normalised
+            scores[hit.id] = scores.get(hit.id, 0.0) + weight * normalised
     return scores
 
 
 @pytest.mark.parametrize("engine", ["edge", "server"])
-def test_dbsf_is_the_documented_formula(engine: str, request: pytest.FixtureRequest) -> None:
+@pytest.mark.parametrize("weights", [(1.0, 1.0), (1.0, 1.5), (0.6, 1.0)])
+def test_dbsf_is_the_documented_formula(
+    engine: str, weights: tuple[float, float], request: pytest.FixtureRequest
+) -> None:
+    """Unweighted, the engine's own fusion; weighted, ragkb's from the same legs (port.weighted_dbsf)."""
     index: VectorIndex = request.getfixturevalue(engine)
     _load(index)
     hybrid = [search for search in SEARCHES if search.dense is not None and search.sparse is not None]
     checked = 0
     for search in hybrid:
         results = index.search(
-            search.kb_id, search.dense, search.sparse, search.scope, LIMIT, CANDIDATES, RRF_K, fusion="dbsf"
+            search.kb_id,
+            search.dense,
+            search.sparse,
+            search.scope,
+            LIMIT,
+            CANDIDATES,
+            RRF_K,
+            weights=weights,
+            fusion="dbsf",
         )
-        expected = dbsf_oracle([results.dense, results.keyword])
+        expected = dbsf_oracle([results.dense, results.keyword], weights)
         for hit in results.fused:
             assert math.isclose(hit.score, expected[hit.id], rel_tol=1e-4, abs_tol=1e-6), (engine, hit.id)
         best = sorted(expected.items(), key=lambda item: -item[1])[:LIMIT]

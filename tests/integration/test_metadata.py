@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import inspect, select, text, update
+from sqlalchemy import create_engine, inspect, select, text, update
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -17,7 +19,9 @@ from ragkb_store.db.engine import build_engine, migrate_to, migrate_to_head, tra
 from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, utcnow
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.progress import refresh_job
+from ragkb_store.reindexing import IndexState, ReindexTarget
 from ragkb_store.states import DocumentStatus, JobStatus
+from tests.conftest import POSTGRES_ADMIN_URL
 from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration
@@ -231,6 +235,65 @@ def test_upgrading_to_0006_gives_existing_kbs_the_default_sync_rules(database_ur
     with engine.begin() as connection:  # PostgreSQL's database is shared by the session's tests
         connection.execute(text("DELETE FROM documents WHERE kb_id = 'kb6'"))
         connection.execute(text("DELETE FROM knowledge_bases WHERE id = 'kb6'"))
+    engine.dispose()
+
+
+@pytest.fixture
+def unmigrated_url(database_url: str) -> Iterator[str]:
+    """A database no test has migrated yet: the session's PostgreSQL one is already at head."""
+    if not database_url.startswith("postgresql"):
+        yield database_url
+        return
+    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    name = f"ragkb_test_{new_id()[:8]}"
+    with admin.connect() as connection:
+        connection.execute(text(f'CREATE DATABASE "{name}"'))
+    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
+    with admin.connect() as connection:
+        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def test_upgrading_to_0010_keeps_every_stored_analyzer_at_version_1(unmigrated_url: str) -> None:
+    """KBs built before analyzer version 2 must go on being searched with the terms their index holds."""
+    engine = build_engine(DatabaseSettings(url=unmigrated_url))
+    migrate_to(engine, "0009")
+    built = {"japanese": "sudachi", "sudachi_mode_a_subwords": False, "char_bigrams": True}
+    previous = {"chunking": {}, "analyzer": {**built, "char_bigrams": False}, "embedding_model": None}
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO knowledge_bases (id, name, description, embedding_model, analyzer_version, chunking,"
+                " retrieval, analyzer, sync, index_state, created_at, updated_at) VALUES ('kb10', 'old10', '', 'm',"
+                " 'sudachi-c-norm+latin-lower/1+cjk-bigram', '{}', '{}', :analyzer, '{}', :state, '2026-01-01',"
+                " '2026-01-01')"
+            ),
+            {
+                "analyzer": json.dumps(built),
+                "state": json.dumps({"previous_generation": 1, "previous_settings": previous}),
+            },
+        )
+        connection.execute(
+            text(
+                "INSERT INTO jobs (id, kind, kb_id, status, progress_current, progress_total, counts, errors, params,"
+                " created_at) VALUES ('job10', 'reindex', 'kb10', 'running', 0, 0, '{}', '[]', :params, '2026-01-01')"
+            ),
+            {
+                "params": json.dumps(
+                    {"generation": 3, "settings": {"chunking": {}, "analyzer": {"japanese": "char-bigram"}}}
+                )
+            },
+        )
+    migrate_to_head(engine)
+    with sessionmaker(engine)() as session:
+        kb = session.get_one(KnowledgeBase, "kb10")
+        assert KbAnalyzer.model_validate(kb.analyzer).version == kb.analyzer_version
+        state = IndexState.model_validate(kb.index_state)
+        assert state.previous_settings is not None
+        assert state.previous_settings.analyzer.version == "sudachi-c-norm+latin-lower/1"
+        target = ReindexTarget.model_validate(session.get_one(Job, "job10").params)
+        assert target.settings.analyzer.version == "cjk-bigram+latin-lower/1"
+    assert KbAnalyzer().words == "unicode"  # while a KB created now gets version 2
     engine.dispose()
 
 

@@ -23,6 +23,7 @@ from ragkb_api.access import (
 )
 from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyPatch, KeySearchFilter
 from ragkb_api.keys.service import ApiKeyService
+from ragkb_api.paging import PageRequest
 from ragkb_api.search.schemas import SearchFilters
 from ragkb_core.contracts import ScopeFilter
 from ragkb_core.errors import Forbidden, InvalidInput, NotFound, Unauthorized
@@ -137,7 +138,7 @@ def test_keys_authenticate_until_revoked_and_the_secret_is_never_stored(keys: Ap
     with keys._sessions() as session:  # what is stored at rest is the point here
         stored: Any = session.scalars(select(ApiKey)).one()
     assert created.key not in repr(vars(stored)) and stored.key_hash == hash_key(created.key)
-    assert "key" not in keys.list()[0].model_dump()
+    assert "key" not in keys.list(PageRequest()).items[0].model_dump()
     keys.revoke(created.id)
     with pytest.raises(Unauthorized):
         keys.authenticate(created.key)

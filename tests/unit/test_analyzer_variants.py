@@ -1,4 +1,6 @@
-"""Per-KB analyzer configurations: each has its own version, and only the terms it adds differ."""
+"""Per-KB analyzer configurations of version 1 (words="ascii-lower", what every KB created before version 2 is
+stored with): each has its own version, only the terms it adds differ, and its terms never change (an index
+built with them is searched with them until it is re-indexed)."""
 
 from __future__ import annotations
 
@@ -9,20 +11,43 @@ from ragkb_analyzer import ANALYZER_VERSION, BIGRAM_PREFIX, Analyzer, bm25_encod
 from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.settings import AnalyzerSettings
 
+V1 = "ascii-lower"
 # Sudachi alone: what every KB was indexed with before the analyzer was a setting.
-DEFAULT = Analyzer(KbAnalyzer(char_bigrams=False))
-MODE_A = Analyzer(KbAnalyzer(sudachi_mode_a_subwords=True, char_bigrams=False))
-BIGRAMS = Analyzer(KbAnalyzer(char_bigrams=True))
-BOTH = Analyzer(KbAnalyzer(sudachi_mode_a_subwords=True, char_bigrams=True))
-PLAIN_BIGRAM = Analyzer(KbAnalyzer(japanese="char-bigram"))
+DEFAULT = Analyzer(KbAnalyzer(words=V1, char_bigrams=False))
+MODE_A = Analyzer(KbAnalyzer(words=V1, sudachi_mode_a_subwords=True, char_bigrams=False))
+BIGRAMS = Analyzer(KbAnalyzer(words=V1, char_bigrams=True))
+BOTH = Analyzer(KbAnalyzer(words=V1, sudachi_mode_a_subwords=True, char_bigrams=True))
+PLAIN_BIGRAM = Analyzer(KbAnalyzer(words=V1, japanese="char-bigram"))
 ALL = (DEFAULT, MODE_A, BIGRAMS, BOTH, PLAIN_BIGRAM)
 JAPANESE = "選挙管理委員会は年次有給休暇の申請を受け付けます。"
 ENGLISH = "COVID-19 Vaccines reduce hospital admissions."
 
 
-def test_sudachi_alone_keeps_the_version_existing_indexes_carry_and_new_kbs_add_bigrams() -> None:
+def test_sudachi_alone_keeps_the_version_existing_indexes_carry() -> None:
     assert DEFAULT.version == ANALYZER_VERSION == "sudachi-c-norm+latin-lower/1"
-    assert Analyzer().version == KbAnalyzer().version == BIGRAMS.version == "sudachi-c-norm+latin-lower/1+cjk-bigram"
+    assert BIGRAMS.version == "sudachi-c-norm+latin-lower/1+cjk-bigram"
+
+
+def test_a_stored_version_1_analyzer_reads_back_as_version_1() -> None:
+    # As migration 0010 leaves a KB created before version 2 (0005 wrote the first three fields out in full).
+    stored = {"japanese": "sudachi", "sudachi_mode_a_subwords": False, "char_bigrams": True, "words": V1}
+    config = KbAnalyzer.model_validate(stored)
+    assert config.languages == [] and config.stop_words is False
+    assert config.version == BIGRAMS.version
+    assert KbAnalyzer.model_validate(config.model_dump()) == config
+
+
+def test_version_1_terms_of_every_script_are_unchanged() -> None:
+    # Golden terms of the version 1 analyzer: Latin a-z/0-9 runs only ("Müller" → m, ller; Korean, Cyrillic
+    # and Thai give nothing), Japanese by Sudachi with the Latin runs of each morpheme.
+    text = "Müller's café — Привет 안녕하세요 ภาษาไทย; iPhoneを買った。"
+    assert BIGRAMS.terms(text) == [
+        "m", "ller", "s", "caf", "iphone", "を", "買う", "た",
+        "\x02を買", "\x02買っ", "\x02った",
+    ]  # fmt: skip
+    assert PLAIN_BIGRAM.terms(text) == [
+        "m", "ller's", "caf", "iphone", "\x02を買", "\x02買っ", "\x02った",
+    ]  # fmt: skip
 
 
 def test_every_configuration_has_its_own_version() -> None:
@@ -91,19 +116,27 @@ def test_extra_terms_need_sudachi() -> None:
         KbAnalyzer(japanese="char-bigram", sudachi_mode_a_subwords=True)
 
 
+def test_version_1_has_no_stemming_or_stop_words() -> None:
+    with pytest.raises(ValidationError):
+        KbAnalyzer(words=V1, languages=["english"])
+    with pytest.raises(ValidationError):
+        KbAnalyzer(words=V1, stop_words=True)
+
+
 def test_encoders_are_made_once_per_configuration() -> None:
     settings = AnalyzerSettings()
-    first = bm25_encoder_for(KbAnalyzer(char_bigrams=True), settings)
-    assert bm25_encoder_for(KbAnalyzer(char_bigrams=True), settings) is first
-    assert bm25_encoder_for(KbAnalyzer(char_bigrams=False), settings) is not first
+    first = bm25_encoder_for(KbAnalyzer(words=V1, char_bigrams=True), settings)
+    assert bm25_encoder_for(KbAnalyzer(words=V1, char_bigrams=True), settings) is first
+    assert bm25_encoder_for(KbAnalyzer(words=V1, char_bigrams=False), settings) is not first
+    assert bm25_encoder_for(KbAnalyzer(), settings) is not first
     assert first.version == "sudachi-c-norm+latin-lower/1+cjk-bigram"
 
 
 def test_a_query_matches_a_compound_by_its_part_only_with_mode_a() -> None:
     settings = AnalyzerSettings()
     document = "年次有給休暇の申請"
-    sudachi_alone = KbAnalyzer(char_bigrams=False)
-    with_parts = KbAnalyzer(sudachi_mode_a_subwords=True, char_bigrams=False)
+    sudachi_alone = KbAnalyzer(words=V1, char_bigrams=False)
+    with_parts = KbAnalyzer(words=V1, sudachi_mode_a_subwords=True, char_bigrams=False)
     for config, matches in ((sudachi_alone, False), (with_parts, True)):
         encoder = bm25_encoder_for(config, settings)
         shared = set(encoder.encode_query("休暇").indices) & set(encoder.encode_document(document).indices)
@@ -111,7 +144,7 @@ def test_a_query_matches_a_compound_by_its_part_only_with_mode_a() -> None:
 
 
 def test_term_weights_are_what_a_document_is_encoded_with() -> None:
-    encoder = bm25_encoder_for(KbAnalyzer(char_bigrams=True), AnalyzerSettings())
+    encoder = bm25_encoder_for(KbAnalyzer(words=V1, char_bigrams=True), AnalyzerSettings())
     weights = encoder.term_weights(encoder.analyzer.analyze(JAPANESE))
     vector = encoder.encode_document(JAPANESE)
     by_id = dict(zip(vector.indices, vector.values, strict=True))

@@ -6,14 +6,24 @@ import pytest
 
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import InvalidInput
-from ragkb_retriever.index.port import DenseLeg, FusedLeg, IndexHit, KeywordLeg, Leg, assemble, plan_legs
+from ragkb_retriever.index.port import (
+    DbsfHere,
+    DenseLeg,
+    FusedLeg,
+    IndexHit,
+    KeywordLeg,
+    Step,
+    assemble,
+    engine_legs,
+    plan_legs,
+)
 
 VECTOR = [0.1, 0.2]
 TERMS = SparseTerms(indices=[7], values=[1.0])
 OPEN = ScopeFilter()
 
 
-def _plan(dense: list[float] | None, sparse: SparseTerms | None, scope: ScopeFilter = OPEN) -> tuple[Leg, ...]:
+def _plan(dense: list[float] | None, sparse: SparseTerms | None, scope: ScopeFilter = OPEN) -> tuple[Step, ...]:
     return plan_legs(dense, sparse, scope, limit=3, candidate_limit=10, rrf_k=61)
 
 
@@ -61,3 +71,24 @@ def test_a_single_leg_is_its_own_fusion_cut_to_the_limit() -> None:
     keyword_only = assemble((KeywordLeg(TERMS),), [_hits("x", "y")], limit=3)
     assert [hit.id for hit in keyword_only.fused] == ["x", "y"]
     assert keyword_only.dense == []
+
+
+def test_unweighted_dbsf_is_the_engines_and_weighted_dbsf_is_fused_here() -> None:
+    dense, keyword = DenseLeg(VECTOR), KeywordLeg(TERMS)
+    plain = plan_legs(VECTOR, TERMS, OPEN, limit=3, candidate_limit=10, rrf_k=61, fusion="dbsf")
+    assert plain == (dense, keyword, FusedLeg(dense, keyword, limit=3, rrf_k=61, method="dbsf"))
+    weighted = plan_legs(VECTOR, TERMS, OPEN, limit=3, candidate_limit=10, rrf_k=61, weights=(1.0, 1.5), fusion="dbsf")
+    assert weighted == (dense, keyword, DbsfHere((1.0, 1.5)))
+    assert engine_legs(weighted) == [dense, keyword]  # the engine runs the legs, not the fusion
+
+
+def test_weighted_dbsf_scales_each_legs_normalised_scores() -> None:
+    steps = (DenseLeg(VECTOR), KeywordLeg(TERMS), DbsfHere((1.0, 2.0)))
+    dense = [IndexHit("a", 0.9, {}), IndexHit("b", 0.8, {}), IndexHit("c", 0.7, {})]
+    keyword = [IndexHit("c", 12.0, {}), IndexHit("d", 6.0, {})]
+    results = assemble(steps, [dense, keyword], limit=3)
+    # dense: mean 0.8, σ 0.1 → a 2/3, b 1/2, c 1/3; keyword: mean 9, σ √18 → c, d = 1/2 ± 3/(6√18), times 2.
+    keyword_c = 0.5 + 3 / (6 * 18**0.5)
+    assert [hit.id for hit in results.fused] == ["c", "d", "a"]
+    assert results.fused[0].score == pytest.approx(1 / 3 + 2 * keyword_c, rel=1e-6)
+    assert results.fused[1].score == pytest.approx(2 * (1 - keyword_c), rel=1e-6)

@@ -32,8 +32,11 @@ class Bm25Encoder:
     def version(self) -> str:
         return self.analyzer.version
 
-    def encode_document(self, text: str) -> SparseTerms:
-        return _to_sparse(self.term_weights(self.analyzer.analyze(text)))
+    def encode_document(self, text: str, title: str = "") -> SparseTerms:
+        """A chunk's weights; `text` is what is embedded (title and heading path, then the chunk), and the
+        analyzer's title_weight counts the document's `title` that many times in all."""
+        extra_titles = [title] * (self.analyzer.config.title_weight - 1) if title else []
+        return _to_sparse(self.term_weights(self.analyzer.analyze("\n".join([*extra_titles, text]))))
 
     def term_weights(self, analysis: Analysis) -> dict[str, float]:
         """The document weight of each distinct term of an analysed text (what encode_document sends)."""

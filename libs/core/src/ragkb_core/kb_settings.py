@@ -5,7 +5,7 @@ Stored as JSON on the KB row; the defaults here are the only chunking defaults."
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, Field, field_validator, model_validator
 
@@ -147,16 +147,19 @@ class KbRetrieval(BaseModel):
 
     # Passages a KB contributes to an answer.
     top_k: int = Field(default=12, ge=1, le=MAX_TOP_K)
-    # Dense + BM25 fused by RRF; off: dense only. A request's `mode` overrides it.
+    # Dense + BM25 fused (see `fusion`); off: dense only. A request's `mode` overrides it.
     hybrid: bool = True
-    # How hybrid fuses its legs (see FusionMethod); rrf_k and the weights apply to "rrf". DBSF by default:
-    # measured (bench/quality.py, legs of the same runs fused both ways) it beats RRF and both single legs on
-    # SciFact (nDCG@10 0.727 vs RRF 0.706, dense 0.676) and JSQuAD (0.948 vs RRF 0.923, keyword 0.936), where
-    # RRF cannot beat a keyword leg that is far stronger than the dense one.
+    # How hybrid fuses its legs (see FusionMethod). DBSF with equal leg weights, chosen by cross-validation across
+    # SciFact, JSQuAD and a JaQuAD passage set (bench/fusion.py, leave one collection out and 5 folds within them;
+    # README, Benchmarks): RRF (any k, any weights) lost to DBSF on every collection, most where one leg is far
+    # stronger than the other (JSQuAD). A keyword weight of 1.5 measured 0.0005 better on average (less than the
+    # noise of ties) but 0.005 worse for KBs still on analyzer version 1 (SciFact), which follow this default.
     fusion: FusionMethod = "dbsf"
     # Reciprocal Rank Fusion constant in the paper's convention: score = Σ 1 / (k + rank / weight), rank from 1
     # (Qdrant's rank-scaling weights; weight 1 is plain RRF).
     rrf_k: int = Field(default=60, ge=1, le=1000)
+    # Leg weights: RRF scales a leg's ranks (above); DBSF multiplies a leg's normalised scores (the engine's DBSF
+    # has none, so weighted DBSF is fused by the retriever from the engine's two legs). 0 drops the leg.
     dense_weight: float = Field(default=1.0, ge=0, le=10)
     keyword_weight: float = Field(default=1.0, ge=0, le=10)
     # None: rerank when the server has a reranker model configured (RAGKB_RERANKER__MODEL).
@@ -193,12 +196,41 @@ class KbRetrieval(BaseModel):
 
 # -- keyword analysis ----------------------------------------------------------------------------------
 
+# Languages with a Snowball stemmer (PyStemmer's names).
+StemLanguage = Literal[
+    "english", "french", "german", "spanish", "italian", "portuguese", "dutch", "swedish", "norwegian", "danish",
+    "finnish", "hungarian", "romanian", "turkish", "indonesian", "catalan", "basque", "irish", "lithuanian",
+    "czech", "polish", "estonian", "russian", "greek", "arabic", "hindi", "nepali", "tamil", "armenian", "yiddish",
+]  # fmt: skip
+_OTHER_SCRIPTS: dict[str, str] = {
+    "russian": "cyrillic",
+    "greek": "greek",
+    "arabic": "arabic",
+    "hindi": "devanagari",
+    "nepali": "devanagari",
+    "tamil": "tamil",
+    "armenian": "armenian",
+    "yiddish": "hebrew",
+}
+# The script each language stems (ragkb_analyzer.scripts names them): a KB stems each word by the language it
+# configured for that word's script, so it may configure at most one language per script.
+LANGUAGE_SCRIPTS: dict[str, str] = {
+    language: _OTHER_SCRIPTS.get(language, "latin") for language in get_args(StemLanguage)
+}
+MAX_LANGUAGES = 4
+MAX_TITLE_WEIGHT = 4
+
+
+def _english() -> list[StemLanguage]:
+    return ["english"]
+
 
 class KbAnalyzer(BaseModel):
     """How a KB's text becomes BM25 terms. Fixed when the KB is created; changed only by re-indexing.
 
     `japanese`: "sudachi" — Sudachi split mode C, normalized forms; "char-bigram" — overlapping
-    character bigrams of Japanese runs (the plain baseline). Latin words are lower-cased in both."""
+    character bigrams of Japanese runs (the plain baseline). `words`: how every other script becomes terms
+    (see the field)."""
 
     japanese: Literal["sudachi", "char-bigram"] = "sudachi"
     # With sudachi: also index the mode A sub-words of long compounds (recall for partial-word queries).
@@ -207,28 +239,64 @@ class KbAnalyzer(BaseModel):
     # measured on JSQuAD (bench/analyzers.py), nDCG@10 0.9468 against 0.9420 for Sudachi alone and 0.9389 for
     # plain bigrams. KBs created before this setting existed are stored with it off (migration 0005).
     char_bigrams: bool = True
+    # "unicode" (analyzer version 2, the default for new KBs): words of every script by Unicode word
+    # segmentation, case- and accent-folded, stop words removed and stemmed per `languages`; Thai, Lao,
+    # Myanmar and Khmer as grapheme bigrams, Korean words whole plus syllable bigrams. "ascii-lower"
+    # (version 1): runs of a-z and 0-9, lower-cased, and nothing of other scripts ("Müller" → m, ller). Every
+    # KB created before version 2 is stored with "ascii-lower" (migration 0010) and keeps it until re-indexed.
+    words: Literal["ascii-lower", "unicode"] = "unicode"
+    # Snowball stemmers (and stop words, where `stop_words`), at most one language per script: a word is
+    # stemmed by the language of its script, so ["english", "russian"] stems both in a mixed KB.
+    languages: list[StemLanguage] = Field(default_factory=_english, max_length=MAX_LANGUAGES)
+    # Drop each language's stop words (English: Lucene's 33; others: Snowball's lists).
+    stop_words: bool = True
+    # How many times the document's title counts in each chunk's keyword terms (every chunk is indexed after its
+    # title and heading path, as it is embedded; 2 adds the title once more). 2 by default: chosen by
+    # cross-validation across SciFact, JSQuAD and JaQuAD (bench/fusion.py), better than 1 and than none.
+    title_weight: int = Field(default=2, ge=1, le=MAX_TITLE_WEIGHT)
 
     @property
     def version(self) -> str:
-        """Stamped on every indexed chunk: a change of terms needs a re-index. The default keeps the
-        version indexes were built with before analyzers were configurable."""
-        if self.japanese == "char-bigram":
-            return "cjk-bigram+latin-lower/1"
-        extras = ("+mode-a-sub" if self.sudachi_mode_a_subwords else "") + ("+cjk-bigram" if self.char_bigrams else "")
-        return f"sudachi-c-norm+latin-lower/1{extras}"
+        """Stamped on every indexed chunk: a change of terms needs a re-index. Version 1 keeps the stamps
+        indexes were built with before analyzers were configurable."""
+        if self.words == "ascii-lower":
+            if self.japanese == "char-bigram":
+                return "cjk-bigram+latin-lower/1"
+            return f"sudachi-c-norm+latin-lower/1{self._extras()}"
+        japanese = "cjk-bigram" if self.japanese == "char-bigram" else "sudachi-c-norm"
+        stemming = "".join(f"-{language}" for language in self.languages)
+        title = f"+title{self.title_weight}" if self.title_weight != 1 else ""
+        return f"{japanese}+uax29-fold{'-stop' if self.stop_words else ''}{stemming}{title}/2{self._extras()}"
+
+    def _extras(self) -> str:
+        return ("+mode-a-sub" if self.sudachi_mode_a_subwords else "") + ("+cjk-bigram" if self.char_bigrams else "")
 
     @model_validator(mode="before")
     @classmethod
-    def _bigram_analyzer_has_no_extras(cls, data: Any) -> Any:
+    def _defaults_of_the_variant(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
         # char_bigrams defaults to on for Sudachi; for the plain bigram analyzer it is not an extra at all.
-        if isinstance(data, dict) and data.get("japanese") == "char-bigram":
-            return {"char_bigrams": False, **data}
+        if data.get("japanese") == "char-bigram":
+            data = {"char_bigrams": False, **data}
+        # Version 1 had no stemming or stop words, and indexed the title once.
+        if data.get("words") == "ascii-lower":
+            data = {"languages": [], "stop_words": False, "title_weight": 1, **data}
         return data
 
     @model_validator(mode="after")
     def _extras_need_sudachi(self) -> KbAnalyzer:
         if self.japanese != "sudachi" and (self.sudachi_mode_a_subwords or self.char_bigrams):
             raise ValueError("sudachi_mode_a_subwords and char_bigrams add terms to the sudachi analyzer only")
+        return self
+
+    @model_validator(mode="after")
+    def _languages_need_unicode_words(self) -> KbAnalyzer:
+        if self.words == "ascii-lower" and (self.languages or self.stop_words or self.title_weight != 1):
+            raise ValueError('languages, stop_words and title_weight apply to words: "unicode" only')
+        scripts = [LANGUAGE_SCRIPTS[language] for language in self.languages]
+        if len(set(scripts)) < len(scripts):
+            raise ValueError("languages: at most one language per script (a word is stemmed by its script's)")
         return self
 
 

@@ -126,7 +126,7 @@ class IngestPipeline:
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
         encoder = self._encoder_for(claim.embedding_model)
         slices = [encoder.embed_passages(texts[i : i + EMBED_SLICE]) for i in range(0, len(texts), EMBED_SLICE)]
-        sparse = [bm25.encode_document(text) for text in texts]
+        sparse = [bm25.encode_document(text, claim.title) for text in texts]
         points = _document_points(claim, chunks, np.concatenate(slices), sparse, bm25.version)
         self._retriever.write_document(points, generation=generation)
         # Another version built earlier into this generation (the document changed meanwhile) goes.
@@ -147,7 +147,7 @@ class IngestPipeline:
                 return None
             piece = texts[start : start + EMBED_SLICE]
             dense_parts.append(encoder.embed_passages(piece))
-            sparse.extend(bm25.encode_document(text) for text in piece)
+            sparse.extend(bm25.encode_document(text, claim.title) for text in piece)
         return np.concatenate(dense_parts), sparse
 
     def _prepare(

@@ -74,6 +74,7 @@ from ragkb_retriever.index.port import (
     LegResults,
     assemble,
     document_delete_filter,
+    engine_legs,
     live_generation_conflict,
     no_generation,
     no_index,
@@ -297,7 +298,7 @@ class EdgeIndex:
             return no_results()
         requests = _LegRequests(kb_id, scope, candidate_limit)
         with self._shard(kb_id, generation) as (_, shard):
-            batch = shard.query_batch(QueryBatchRequest([requests.build(leg) for leg in legs]))
+            batch = shard.query_batch(QueryBatchRequest([requests.build(leg) for leg in engine_legs(legs)]))
         return assemble(legs, [[_hit(point) for point in points] for points in batch], limit)
 
     # -- upkeep ------------------------------------------------------------------------------------

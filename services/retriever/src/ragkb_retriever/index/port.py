@@ -15,6 +15,11 @@ paper counts ranks from 1, 1 / (k_paper + rank_1), so Qdrant's k = k_paper + 1: 
 
 Leg weights (Qdrant's definition) scale a leg's rank, not its score: a leg of weight w contributes
 1 / ((rank0 + 1) / w + k − 1), i.e. 1 / (k_paper + rank_1 / w) in the paper's terms; w = 1 is plain RRF.
+
+DBSF (distribution-based score fusion) normalises each leg's scores by its mean ± 3 sample standard deviations
+onto [0, 1] and sums them. The engine's DBSF takes no leg weights, so DBSF with weights other than (1, 1) is
+computed here, from the two legs the engine returns, by the same formula with each leg's part multiplied by
+its weight (`weighted_dbsf`); unweighted DBSF stays the engine's own.
 """
 
 from __future__ import annotations
@@ -200,7 +205,20 @@ class FusedLeg:
     method: FusionMethod = "rrf"
 
 
+@dataclass(frozen=True)
+class DbsfHere:
+    """Not an engine request: fuse the dense and keyword legs by DBSF with these leg weights, here."""
+
+    weights: tuple[float, float]
+
+
 Leg = DenseLeg | KeywordLeg | FusedLeg
+Step = Leg | DbsfHere
+
+
+def engine_legs(steps: Sequence[Step]) -> list[Leg]:
+    """The steps the engine runs (as one batch, in this order)."""
+    return [step for step in steps if not isinstance(step, DbsfHere)]
 
 
 def rrf_weights(leg: FusedLeg) -> list[float] | None:
@@ -266,8 +284,9 @@ def plan_legs(
     candidate_limit: int,
     weights: tuple[float, float] = (1.0, 1.0),
     fusion: FusionMethod = "rrf",
-) -> tuple[Leg, ...]:
-    """The legs to run as one batch; none when the scope grants nothing or there is no query."""
+) -> tuple[Step, ...]:
+    """The legs to run as one batch (`engine_legs`), and how to fuse them; none when the scope grants nothing
+    or there is no query."""
     if min(weights) <= 0:
         raise InvalidInput("leg weights must be positive (leave a leg out instead)", weights=list(weights))
     if min(limit, candidate_limit, rrf_k) < 1:
@@ -286,24 +305,54 @@ def plan_legs(
     if sparse is not None and sparse.indices:
         legs.append(KeywordLeg(sparse))
     match legs:
+        case [DenseLeg() as dense_leg, KeywordLeg() as keyword_leg] if fusion == "dbsf" and weights != (1.0, 1.0):
+            return dense_leg, keyword_leg, DbsfHere(weights)
         case [DenseLeg() as dense_leg, KeywordLeg() as keyword_leg]:
             return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k, weights, fusion)
         case _:
             return tuple(legs)
 
 
-def assemble(legs: Sequence[Leg], results: Sequence[list[IndexHit]], limit: int) -> LegResults:
-    """LegResults from the batch's results; a search that ran one leg returns it cut to `limit` as fused."""
+def assemble(steps: Sequence[Step], results: Sequence[list[IndexHit]], limit: int) -> LegResults:
+    """LegResults from the batch's results (one per engine leg); a search that ran one leg returns it cut to
+    `limit` as fused."""
     dense: list[IndexHit] = []
     keyword: list[IndexHit] = []
     fused: list[IndexHit] | None = None
-    for leg, hits in zip(legs, results, strict=True):
+    for leg, hits in zip(engine_legs(steps), results, strict=True):
         if isinstance(leg, DenseLeg):
             dense = hits
         elif isinstance(leg, KeywordLeg):
             keyword = hits
         else:
             fused = hits
+    here = next((step for step in steps if isinstance(step, DbsfHere)), None)
+    if here is not None:
+        fused = weighted_dbsf((dense, keyword), here.weights)[:limit]
     if fused is None:
         fused = (dense or keyword)[:limit]
     return LegResults(fused=fused, dense=dense, keyword=keyword)
+
+
+def weighted_dbsf(legs: Sequence[Sequence[IndexHit]], weights: Sequence[float]) -> list[IndexHit]:
+    """The engine's DBSF with leg weights: per leg, scores mapped from [mean − 3σ, mean + 3σ] (sample σ) onto
+    [0, 1] (a single result, or no spread, scores 0.5), times the leg's weight, summed per point; best first,
+    ties by id (so that a search is repeatable)."""
+    totals: dict[str, float] = {}
+    first_seen: dict[str, IndexHit] = {}
+    for leg, weight in zip(legs, weights, strict=True):
+        for hit, normalised in zip(leg, _distribution_normalised([hit.score for hit in leg]), strict=True):
+            totals[hit.id] = totals.get(hit.id, 0.0) + weight * normalised
+            first_seen.setdefault(hit.id, hit)
+    ordered = sorted(totals, key=lambda point: (-totals[point], point))
+    return [IndexHit(id=point, score=totals[point], payload=first_seen[point].payload) for point in ordered]
+
+
+def _distribution_normalised(scores: Sequence[float]) -> list[float]:
+    if len(scores) < 2:
+        return [0.5] * len(scores)
+    mean = sum(scores) / len(scores)
+    deviation = (sum((score - mean) ** 2 for score in scores) / (len(scores) - 1)) ** 0.5
+    if deviation == 0:
+        return [0.5] * len(scores)
+    return [(score - (mean - 3 * deviation)) / (6 * deviation) for score in scores]

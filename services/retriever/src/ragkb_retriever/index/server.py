@@ -37,6 +37,7 @@ from ragkb_retriever.index.port import (
     LegResults,
     assemble,
     document_delete_filter,
+    engine_legs,
     live_generation_conflict,
     no_generation,
     no_index,
@@ -237,7 +238,7 @@ class ServerIndex:
         requests = _LegRequests(kb_id, scope, candidate_limit)
         with self._on_kb(kb_id, generation):
             batch = self._client.query_batch_points(
-                _collection(kb_id, generation), requests=[requests.build(leg) for leg in legs]
+                _collection(kb_id, generation), requests=[requests.build(leg) for leg in engine_legs(legs)]
             )
         return assemble(legs, [[_hit(point) for point in response.points] for response in batch], limit)
 
