@@ -121,7 +121,7 @@ class SearchService:
         parts = self._plan(query)
         vectors = self._encode(query.query, parts, watch)
         with watch.stage("retrieve"):
-            retrieved = self._retrieve(parts, vectors)
+            retrieved = self._retrieve(parts, vectors, explain=query.explain)
         candidates = [
             Candidate(hit=hit, part=part.name, threshold=part.kb.retrieval.score_threshold if part.reranks else None)
             for part, (hits, _) in zip(parts, retrieved, strict=True)
@@ -194,7 +194,9 @@ class SearchService:
 
     # -- retrieval ---------------------------------------------------------------------------------
 
-    def _retrieve(self, parts: Sequence[KbPart], vectors: QueryVectors) -> list[tuple[list[SearchHit], LegResults]]:
+    def _retrieve(
+        self, parts: Sequence[KbPart], vectors: QueryVectors, *, explain: bool
+    ) -> list[tuple[list[SearchHit], LegResults]]:
         def one_part(part: KbPart) -> tuple[list[SearchHit], LegResults]:
             retrieval = part.kb.retrieval
             dense = None
@@ -215,6 +217,8 @@ class SearchService:
                 weights=(retrieval.dense_weight or 1.0, retrieval.keyword_weight or 1.0),
                 fusion=retrieval.fusion,
                 generation=part.kb.generation,
+                # The legs' own payloads serve only the explanation of their rankings.
+                leg_payloads=explain,
             )
             return _annotated_hits(part.kb.kb_id, legs), legs
 

@@ -25,6 +25,7 @@ import shutil
 import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -81,6 +82,8 @@ from ragkb_retriever.index.port import (
     plan_legs,
     refuse_layout_on_edge,
     rrf_weights,
+    single_leg_without_payloads,
+    with_payloads,
     wrong_dimension,
 )
 from ragkb_retriever.index.schema import (
@@ -281,6 +284,7 @@ class EdgeIndex:
         *,
         fusion: FusionMethod = "rrf",
         generation: int | None = None,
+        leg_payloads: bool = True,
     ) -> LegResults:
         legs = plan_legs(
             dense,
@@ -295,10 +299,15 @@ class EdgeIndex:
         if not legs:
             self._check_exists(kb_id, generation)
             return no_results()
-        requests = _LegRequests(kb_id, scope, candidate_limit)
+        requests = _LegRequests(kb_id, scope, candidate_limit, leg_payloads)
         with self._shard(kb_id, generation) as (_, shard):
             batch = shard.query_batch(QueryBatchRequest([requests.build(leg) for leg in legs]))
-        return assemble(legs, [[_hit(point) for point in points] for points in batch], limit)
+            results = assemble(legs, [[_hit(point) for point in points] for points in batch], limit)
+            if single_leg_without_payloads(legs, leg_payloads) and results.fused:
+                records = shard.retrieve([hit.id for hit in results.fused], with_payload=True, with_vector=False)
+                payloads = {str(record.id): record.payload or {} for record in records}
+                results = replace(results, fused=with_payloads(results.fused, payloads))
+        return results
 
     # -- upkeep ------------------------------------------------------------------------------------
 
@@ -422,10 +431,11 @@ class _LegRequests:
     """Edge query requests for the legs of one search. Every leg carries the scope filter, so that
     ranking only ever sees points the caller may see."""
 
-    def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int) -> None:
+    def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int, leg_payloads: bool) -> None:
         self._filter = _edge_filter(filters.scope_filter(kb_id, scope))
         self._idf = SearchParams(idf=IdfParams(corpus=_edge_filter(filters.kb_filter(kb_id))))
         self._candidates = candidate_limit
+        self._leg_payloads = leg_payloads
 
     def build(self, leg: Leg) -> QueryRequest:
         match leg:
@@ -436,15 +446,14 @@ class _LegRequests:
             case FusedLeg():
                 return self._fused(leg)
 
-    @staticmethod
-    def _leg(prefetch: Prefetch) -> QueryRequest:
+    def _leg(self, prefetch: Prefetch) -> QueryRequest:
         """A leg on its own is its prefetch as a request, so that it matches the fused request's input."""
         return QueryRequest(
             limit=prefetch.limit,
             query=prefetch.query,
             filter=prefetch.filter,
             params=prefetch.params,
-            with_payload=True,
+            with_payload=self._leg_payloads,
         )
 
     def _dense(self, leg: DenseLeg) -> Prefetch:

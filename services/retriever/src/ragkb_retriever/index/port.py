@@ -157,12 +157,15 @@ class VectorIndex(Protocol):
         *,
         fusion: FusionMethod = "rrf",
         generation: int | None = None,
+        leg_payloads: bool = True,
     ) -> LegResults:
         """Both legs filtered by `scope` inside the engine, fused with RRF (Qdrant's k = `rrf_k`, leg
         `weights` (dense, keyword), see the module docstring).
 
         Without `dense` only the keyword leg runs, without (non-empty) `sparse` only the dense leg;
-        `fused` is then that leg cut to `limit`.
+        `fused` is then that leg cut to `limit`. The `fused` hits always carry their payloads; the legs'
+        hits only with `leg_payloads` (else `{}`): a search reads the payloads of the passages it answers
+        with, not of every candidate (`candidate_limit` per leg), unless it explains the legs.
         """
         ...
 
@@ -290,6 +293,17 @@ def plan_legs(
             return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k, weights, fusion)
         case _:
             return tuple(legs)
+
+
+def single_leg_without_payloads(legs: Sequence[Leg], leg_payloads: bool) -> bool:
+    """A search of one leg whose leg hits come without payloads: its answer (the leg cut to `limit`) needs
+    them fetched by id afterwards (`with_payloads`)."""
+    return not leg_payloads and len(legs) == 1
+
+
+def with_payloads(hits: Sequence[IndexHit], payloads: dict[str, dict[str, Any]]) -> list[IndexHit]:
+    """`hits` with the payloads fetched for them by id (a point deleted meanwhile keeps an empty one)."""
+    return [IndexHit(id=hit.id, score=hit.score, payload=payloads.get(hit.id, {})) for hit in hits]
 
 
 def assemble(legs: Sequence[Leg], results: Sequence[list[IndexHit]], limit: int) -> LegResults:
