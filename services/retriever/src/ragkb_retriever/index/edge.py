@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import replace
@@ -97,6 +98,8 @@ from ragkb_retriever.index.schema import (
 )
 
 LOCK_FILE = ".ragkb-index.lock"
+# Points per Edge update call when a write carries many (see upsert): a search waits at most one slice.
+UPSERT_SLICE = 32
 # Bounds what a power loss can take: the writes acknowledged in the last few seconds.
 FLUSH_INTERVAL_S = 5.0
 _SCHEMA_TYPES: dict[PayloadIndexKind, PayloadSchemaType] = {
@@ -214,14 +217,23 @@ class EdgeIndex:
     def upsert(self, kb_id: str, points: Sequence[IndexPoint], *, generation: int | None = None) -> None:
         if not points:
             return
-        operation = UpdateOperation.upsert_points([_edge_point(point) for point in points])
-        try:
-            handle = self._write(kb_id, operation, generation)
-        except Exception as exc:
-            if (invalid := wrong_dimension(exc)) is not None:
-                raise invalid from exc
-            raise
-        if handle.record_write(len(points)) >= self._optimize_after:
+        handle: ShardHandle | None = None
+        # Edge holds the GIL for a whole update (~0.5 ms a point on 2 cores): a batch of hundreds of points in
+        # one call would stop every search of the process for as long. Slices of UPSERT_SLICE points, with the
+        # GIL let go between them, bound how long a search waits behind a write.
+        for start in range(0, len(points), UPSERT_SLICE):
+            if start:
+                time.sleep(0)  # lets a waiting search thread take the GIL
+            operation = UpdateOperation.upsert_points(
+                [_edge_point(point) for point in points[start : start + UPSERT_SLICE]]
+            )
+            try:
+                handle = self._write(kb_id, operation, generation)
+            except Exception as exc:
+                if (invalid := wrong_dimension(exc)) is not None:
+                    raise invalid from exc
+                raise
+        if handle is not None and handle.record_write(len(points)) >= self._optimize_after:
             self._maintainer.request_optimize(handle)
 
     def delete_document(
