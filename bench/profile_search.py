@@ -1,6 +1,7 @@
 """Where one search spends its time: a stage table and flame graphs of the api and the retriever.
 
     python bench/profile_search.py [--points 10000] [--queries 300] [--top-k 10 100] [--label before]
+    (needs py-spy in the venv: .venv/bin/pip install py-spy; as root, or with ptrace allowed)
 
 Starts a private stack (ragkb_cli.stack), writes a KB of --points chunks with bench/scale.py (real SciFact text
 and e5 vectors, scaled up), waits until its index has optimised, then for each --top-k sends --queries hybrid
@@ -46,6 +47,7 @@ from common import DATA, REPO, RESULTS, percentile, read_jsonl, save_result
 from ragkb_cli.stack import PrivateStack, private_stack
 
 WARM_UP = 30
+PY_SPY = REPO / ".venv" / "bin" / "py-spy"
 SAMPLE_RATE = 250
 # (stage, pattern on a py-spy frame "Class.function (package/file.py:line)"): a sample belongs to the stage of
 # its innermost frame that matches; the first rule wins on one frame. Stages are named for what they do.
@@ -157,6 +159,8 @@ def cpu_seconds(pid: int) -> float:
 @contextmanager
 def sampled(pids: dict[str, int], prefix: Path) -> Iterator[dict[str, Path]]:
     """py-spy records each process until the block ends; yields the raw output file per service."""
+    if not PY_SPY.exists():
+        raise SystemExit(f"{PY_SPY} is missing: .venv/bin/pip install py-spy")
     outputs = {service: prefix.with_name(f"{prefix.name}-{service}.txt") for service in pids}
     recorders = [
         subprocess.Popen(
