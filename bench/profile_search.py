@@ -165,7 +165,7 @@ def sampled(pids: dict[str, int], prefix: Path) -> Iterator[dict[str, Path]]:
     recorders = [
         subprocess.Popen(
             [
-                str(Path(REPO / ".venv" / "bin" / "py-spy")),
+                str(PY_SPY),
                 "record",
                 "-p",
                 str(pid),
