@@ -14,7 +14,11 @@ server has a reranker), sends real SciFact queries through the public `POST /v1/
 - one client: a warm-up, then --queries requests one after the other; p50/p95/p99 of the HTTP latency,
   of the server's `took_ms`, and of each stage in `timings_ms` (embed, analyze, retrieve, rerank,
   assemble; a stage the server does not report is absent);
-- --concurrency clients (threads, one connection each) sharing --queries requests: queries/s and p50/p95.
+- --concurrency clients (threads, one connection each) sharing --queries requests: queries/s and p50/p95;
+- while ingesting (--ingest-documents, default 1500; 0 skips it): on the smallest scale's KB, hybrid search
+  with 1 client and --concurrency clients, first idle, then while that many SciFact documents are bulk-ingested
+  into another KB through the public API (batch uploads; the worker parses, chunks and embeds them, the
+  retriever writes them); p50/p95/p99 of both phases and the ratio of the p99s.
 
 Results: bench/results/query-latency.json and .md (`--label 1m`: query-latency-1m.*, e.g. for
 `--scales 1000000 --large`, next to the default run's). Retrieval quality (nDCG@10 per mode on a corpus
@@ -43,6 +47,7 @@ from ragkb_cli.stack import StackAddress, private_stack
 WARM_UP = 20
 STAGES = ("embed", "analyze", "retrieve", "rerank", "assemble")
 LARGEST_DEFAULT_SCALE = 100_000
+ENDED_EARLY = "; THE INGEST ENDED BEFORE THE MEASUREMENT DID: add --ingest-documents"
 
 
 @dataclass(frozen=True)
@@ -234,6 +239,67 @@ def measure_scale(stack: StackAddress, points: int, base: scale.BaseSet, args: a
     return {"points": points, "kb_id": kb_id, "write_s": round(write_s, 1), "optimize_wait": settle, "modes": rows}
 
 
+def while_ingesting(
+    stack: StackAddress, scale_run: dict[str, Any], base_queries: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Hybrid search on the scale KB, idle and then during a bulk ingest of SciFact documents into another KB
+    (through the public API: upload, worker parse/chunk/embed, retriever writes), 1 client and --concurrency."""
+    from ingest import upload_all  # bench/ingest.py: the batch uploads of a bulk load
+
+    with api_client(stack) as http:
+        searcher = Searcher(http, scale_run["kb_id"], args.top_k)
+        idle = _search_phases(stack, searcher, base_queries, args)
+        target = scale.create_kb(http, "bench-while-ingesting")
+        documents = list(read_jsonl(DATA / "scifact" / "corpus.jsonl"))[: args.ingest_documents]
+        uploads = threading.Thread(target=upload_all, args=(http, target, documents, 2))
+        uploads.start()
+        done_before = _wait_until_ingesting(http, target)
+        busy = _search_phases(stack, searcher, base_queries, args)
+        counts = http.get(f"/v1/knowledge-bases/{target}").json()["document_counts"]
+        uploads.join()
+    still_ingesting = counts["pending"] + counts["processing"] > 0
+    return {
+        "points": scale_run["points"],
+        "ingest_documents": len(documents),
+        "documents_ingested_while_measuring": counts["done"] - done_before,
+        "ingest_still_running_at_the_end": still_ingesting,
+        "idle": idle,
+        "ingesting": busy,
+        "p99_ratio_single": round(busy["single"]["http_ms"]["p99"] / idle["single"]["http_ms"]["p99"], 2),
+        "p99_ratio_concurrent": round(busy["concurrent"]["http_ms"]["p99"] / idle["concurrent"]["http_ms"]["p99"], 2),
+    }
+
+
+def _search_phases(
+    stack: StackAddress, searcher: Searcher, queries: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Hybrid search: --queries requests from one client, then shared by --concurrency clients."""
+    mode = Mode("hybrid", "hybrid", rerank=False)
+    with api_client(stack) as http:
+        one = single_client(http, searcher, mode, queries, args.queries)
+    many, wall_s = concurrent_clients(stack, searcher, mode, queries, count=args.queries, clients=args.concurrency)
+    return {
+        "single": summary(one),
+        "concurrent": {
+            "clients": args.concurrency,
+            "queries_per_s": round(len(many.http_ms) / wall_s, 1),
+            **summary(many),
+        },
+    }
+
+
+def _wait_until_ingesting(http: httpx.Client, kb_id: str, timeout_s: float = 900) -> int:
+    """Wait until the worker has finished a first document of the KB (so the pipeline is busy, not starting);
+    returns how many are done then."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        counts = http.get(f"/v1/knowledge-bases/{kb_id}").json()["document_counts"]
+        if counts["done"] > 0:
+            return int(counts["done"])
+        time.sleep(0.5)
+    raise SystemExit(f"no document of the ingest finished within {timeout_s:.0f} s")
+
+
 def markdown(result: dict[str, Any]) -> str:
     def q3(values: dict[str, float]) -> str:
         return " / ".join(str(values[p]) for p in ("p50", "p95", "p99")) if values else "–"
@@ -262,6 +328,28 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {run['points']:,} | {row['mode']} | {many['clients']} | {many['queries_per_s']} | "
                 f"{many['http_ms']['p50']} | {many['http_ms']['p95']} |"
             )
+    if during := result.get("while_ingesting"):
+        lines += [
+            "",
+            f"While ingesting (hybrid at {during['points']:,} chunks; a bulk ingest of {during['ingest_documents']} "
+            f"SciFact documents into another KB, {during['documents_ingested_while_measuring']} of them done while "
+            f"measuring{'' if during['ingest_still_running_at_the_end'] else ENDED_EARLY}):",
+            "",
+            "| | HTTP p50 / p95 / p99, 1 client | server took p50 / p99 | queries/s and p50 / p99, "
+            f"{during['idle']['concurrent']['clients']} clients |",
+            "|---|---|---|---|",
+        ]
+        for phase in ("idle", "ingesting"):
+            single, many = during[phase]["single"], during[phase]["concurrent"]
+            lines.append(
+                f"| {phase} | {q3(single['http_ms'])} | {single['took_ms']['p50']} / {single['took_ms']['p99']} | "
+                f"{many['queries_per_s']} q/s, {many['http_ms']['p50']} / {many['http_ms']['p99']} |"
+            )
+        lines += [
+            "",
+            f"p99 during ingest ÷ idle p99: {during['p99_ratio_single']} (1 client), "
+            f"{during['p99_ratio_concurrent']} ({during['idle']['concurrent']['clients']} clients).",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -288,6 +376,12 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--optimize-idle-s", type=float, default=10.0, help="the retriever's optimize_idle_s")
+    parser.add_argument(
+        "--ingest-documents",
+        type=int,
+        default=1500,
+        help="SciFact documents bulk-ingested into another KB for the 'while ingesting' scenario (0: skip it)",
+    )
     parser.add_argument("--url", default=None, help="a running stack's API (default: start a private one)")
     parser.add_argument("--retriever-url", default="http://127.0.0.1:8001")
     args = parser.parse_args()
@@ -303,7 +397,10 @@ def main() -> None:
     )
     with stack_for(args) as stack:
         scales = [measure_scale(stack, points, base, args) for points in sorted(args.scales)]
-    result = {"corpus": corpus, "queries_per_mode": args.queries, "top_k": args.top_k, "scales": scales}
+        result = {"corpus": corpus, "queries_per_mode": args.queries, "top_k": args.top_k, "scales": scales}
+        if args.ingest_documents:
+            queries = [query["text"] for query in read_jsonl(DATA / "scifact" / "queries.jsonl")]
+            result["while_ingesting"] = while_ingesting(stack, scales[0], queries, args)
     save_result(f"query-latency-{args.label}" if args.label else "query-latency", result, markdown(result))
 
 

@@ -144,7 +144,7 @@ def documents(kb_id: str, points: int, base: BaseSet, seed: int) -> Iterator[Doc
         number = first // CHUNKS_PER_DOCUMENT
         yield DocumentPoints(
             kb_id=kb_id,
-            document_id=f"scale-{number:07d}",
+            document_id=f"{number:032x}",  # ids are 32 hex characters (the retriever checks)
             source_id=f"scale/{number:07d}",
             version=1,
             title=title,

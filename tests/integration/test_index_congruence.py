@@ -142,8 +142,10 @@ class Search:
     sparse: SparseTerms | None
     scope: ScopeFilter
 
-    def run(self, index: VectorIndex) -> LegResults:
-        return index.search(self.kb_id, self.dense, self.sparse, self.scope, LIMIT, CANDIDATES, RRF_K)
+    def run(self, index: VectorIndex, *, leg_payloads: bool = True) -> LegResults:
+        return index.search(
+            self.kb_id, self.dense, self.sparse, self.scope, LIMIT, CANDIDATES, RRF_K, leg_payloads=leg_payloads
+        )
 
 
 def _scopes(kb_id: str, rng: random.Random) -> list[ScopeFilter]:
@@ -342,6 +344,28 @@ def test_scope_filters_never_leak_into_any_leg(engine: str, request: pytest.Fixt
         results = search.run(index)
         for hit in [*results.dense, *results.keyword, *results.fused]:
             assert _in_scope(hit.payload, search.kb_id, search.scope), (search.scope, hit.payload)
+
+
+@pytest.mark.parametrize("engine", ["edge", "server"])
+def test_a_search_without_leg_payloads_answers_the_same_and_reads_only_the_answers_payloads(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    """What a search that explains nothing asks for: the same legs (ids and scores) and the same fused answer,
+    with payloads on the answer only, also when one leg is the answer."""
+    index: VectorIndex = request.getfixturevalue(engine)
+    _load(index)
+    single_legs = 0
+    for search in SEARCHES:
+        full, lean = search.run(index), search.run(index, leg_payloads=False)
+        # Equal scores may come back in either order from one call to the next: compared as tie groups.
+        assert_same_ranking(lean.fused, full.fused)
+        assert_same_payloads(lean.fused, full.fused)
+        assert all(hit.payload["kb_id"] == search.kb_id for hit in lean.fused)
+        for full_leg, lean_leg in ((full.dense, lean.dense), (full.keyword, lean.keyword)):
+            assert_same_ranking(lean_leg, full_leg)
+            assert all(hit.payload == {} for hit in lean_leg)
+        single_legs += bool(full.fused) and not (full.dense and full.keyword)
+    assert single_legs > 0
 
 
 @pytest.mark.parametrize("engine", ["edge", "server"])

@@ -36,7 +36,7 @@ pytestmark = [
 ]
 
 DIM = 16
-KB = "7e2a"
+KB = "7e2a" * 8  # a KB id as ragkb_core.ids makes them: 32 hex characters
 OTHER_KB = "9f3b"
 ENGINES = ["edge", "server"]
 
@@ -282,29 +282,33 @@ def _document(document_id: str, count: int, dim: int = DIM) -> DocumentPoints:
     )
 
 
+# Over the internal API, documents have ids as ragkb_core.ids makes them (the retriever checks them).
+DOCUMENT_IDS = {"old": "01d" * 10 + "00", "new": "0e3" * 10 + "00", "late": "1a7e" * 8}
+
+
 # The retriever's handlers use Litestar 2's inferred parameter and dependency styles (deprecated for 3);
 # building the app inside the test process makes that visible to pytest's warnings-as-errors.
 @pytest.mark.filterwarnings("ignore::litestar.exceptions.LitestarDeprecationWarning")
 def test_a_reindex_through_the_internal_api(client: RetrieverClient) -> None:
     client.create_kb(KB)
-    client.write_document(_document("old", 4))
+    client.write_document(_document(DOCUMENT_IDS["old"], 4))
     generation = client.create_generation(KB)
     wider = client.create_generation(KB, embedding_model="wide-model")  # that model's vector size
     assert (generation, wider) == (2, 3)
     with pytest.raises(InvalidInput, match="allowed: test-model, wide-model"):
         client.create_generation(KB, embedding_model="unknown-model")
 
-    client.write_document(_document("new", 3), generation=generation)
-    client.write_document(_document("new", 2, dim=2 * DIM), generation=wider)
+    client.write_document(_document(DOCUMENT_IDS["new"], 3), generation=generation)
+    client.write_document(_document(DOCUMENT_IDS["new"], 2, dim=2 * DIM), generation=wider)
     assert client.count_points(KB) == 4
-    assert client.count_points(KB, "new", generation=generation) == 3
+    assert client.count_points(KB, DOCUMENT_IDS["new"], generation=generation) == 3
     assert client.count_points(KB, generation=wider) == 2
 
     assert client.switch_generation(KB, generation) == (2, 1)
     assert client.generations(KB).model_dump() == {"live": 2, "all": [1, 2, 3]}
     assert client.count_points(KB) == 3
-    client.delete_document(KB, "new", generation=1)
-    client.delete_document(KB, "old", generation=1)
+    client.delete_document(KB, DOCUMENT_IDS["new"], generation=1)
+    client.delete_document(KB, DOCUMENT_IDS["old"], generation=1)
     assert client.count_points(KB, generation=1) == 0
 
     with pytest.raises(Conflict):
@@ -312,7 +316,7 @@ def test_a_reindex_through_the_internal_api(client: RetrieverClient) -> None:
     with pytest.raises(NotFound):
         client.count_points(KB, generation=9)
     with pytest.raises(InvalidInput):
-        client.write_document(_document("late", 1, dim=2 * DIM))
+        client.write_document(_document(DOCUMENT_IDS["late"], 1, dim=2 * DIM))
     client.drop_generation(KB, 1)
     client.drop_generation(KB, wider)
     assert client.generations(KB).model_dump() == {"live": 2, "all": [2]}
@@ -353,9 +357,9 @@ class _Models:
 def test_a_search_reads_the_generation_it_names_and_the_live_one_otherwise(edge: EdgeIndex) -> None:
     indexing = IndexService(edge, _Models())
     indexing.create_kb(KB)
-    indexing.write_document(_document("old", 4))
+    indexing.write_document(_document(DOCUMENT_IDS["old"], 4))
     generation = indexing.create_generation(KB)
-    indexing.write_document(_document("new", 3), generation=generation)
+    indexing.write_document(_document(DOCUMENT_IDS["new"], 3), generation=generation)
     bm25_for = functools.partial(bm25_encoder_for, settings=AnalyzerSettings())
     search = SearchService(edge, _Models().get, bm25_for, RerankerPool(RerankerSettings(model=None)))
 
@@ -365,8 +369,8 @@ def test_a_search_reads_the_generation_it_names_and_the_live_one_otherwise(edge:
         return {hit.document_id for hit in result.results}
 
     try:
-        assert found(None) == found(1) == {"old"}
-        assert found(generation) == {"new"}
+        assert found(None) == found(1) == {DOCUMENT_IDS["old"]}
+        assert found(generation) == {DOCUMENT_IDS["new"]}
         with pytest.raises(NotFound):
             found(9)
     finally:
@@ -380,9 +384,11 @@ def test_a_search_embeds_the_query_once_per_model_of_the_kbs_it_reads(edge: Edge
         indexing.create_kb(kb_id)
     # OTHER_KB was re-indexed with the wider model: its live generation holds vectors of that size.
     wide = indexing.create_generation(OTHER_KB, embedding_model="wide-model")
-    indexing.write_document(_document("old", 2, dim=2 * DIM).model_copy(update={"kb_id": OTHER_KB}), generation=wide)
+    indexing.write_document(
+        _document(DOCUMENT_IDS["old"], 2, dim=2 * DIM).model_copy(update={"kb_id": OTHER_KB}), generation=wide
+    )
     indexing.switch_generation(OTHER_KB, wide)
-    indexing.write_document(_document("new", 3))
+    indexing.write_document(_document(DOCUMENT_IDS["new"], 3))
     indexing.write_document(_document("third", 1).model_copy(update={"kb_id": "5c1d"}))
     bm25_for = functools.partial(bm25_encoder_for, settings=AnalyzerSettings())
     search = SearchService(edge, models.get, bm25_for, RerankerPool(RerankerSettings(model=None)))

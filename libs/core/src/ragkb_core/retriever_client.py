@@ -27,6 +27,7 @@ from ragkb_core.settings import RetrieverClientSettings
 INTERNAL_PREFIX = "/internal/v1"
 # Carries RAGKB_SERVICE_TOKEN on every internal call; the retriever refuses internal calls without it.
 SERVICE_TOKEN_HEADER = "X-Ragkb-Service-Token"
+JSON_CONTENT = {"Content-Type": "application/json"}
 
 
 class RetrieverClient:
@@ -105,8 +106,12 @@ class RetrieverClient:
         return int(data["count"])
 
     def search(self, query: SearchQuery) -> SearchResult:
-        data = self._call("POST", "/search", json=query.model_dump(mode="json"))
-        return SearchResult.model_validate(data)
+        return SearchResult.model_validate_json(self.search_json(query))
+
+    def search_json(self, query: SearchQuery) -> bytes:
+        """The retriever's answer as its JSON (a SearchResult), for a caller that passes it on undecoded."""
+        response = self._send("POST", "/search", content=query.model_dump_json(), headers=JSON_CONTENT)
+        return response.content
 
     def analyze(self, query: AnalyzeQuery) -> AnalyzeResult:
         return AnalyzeResult.model_validate(self._call("POST", "/analyze", json=query.model_dump(mode="json")))
@@ -127,13 +132,17 @@ class RetrieverClient:
         self._http.close()
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self._send(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    def _send(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         try:
             response = self._http.request(method, INTERNAL_PREFIX + path, **kwargs)
         except httpx.HTTPError as exc:
             raise Unavailable(f"retriever unreachable: {type(exc).__name__}") from exc
         if response.status_code >= 400:
             raise _error_from(response)
-        return response.json() if response.content else None
+        return response
 
 
 def _present(**params: str | int | None) -> dict[str, str | int]:

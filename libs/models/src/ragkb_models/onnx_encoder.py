@@ -79,7 +79,9 @@ class OnnxEncoder:
         self.dimension = int(self._session.get_outputs()[0].shape[-1])
 
     def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
-        encodings = self._tokenizer.encode_batch(list(texts))
+        # One text (a query) is tokenised on this thread; a batch goes through the tokenizer's thread pool,
+        # whose wake-up would only add to a batch of one.
+        encodings = [self._tokenizer.encode(texts[0])] if len(texts) == 1 else self._tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         (vectors,) = self._session.run([OUTPUT_NAME], dict(zip(INPUT_NAMES, (ids, mask), strict=True)))

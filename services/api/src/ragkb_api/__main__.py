@@ -12,6 +12,9 @@ from ragkb_api.settings import ApiSettings
 
 def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s api %(levelname)s %(name)s: %(message)s")
+    # httpx logs every call to the retriever at INFO: a second line per search beside the access log, and
+    # time on the request's path.
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = ApiSettings()
     uvicorn.run(
         create_app(settings),

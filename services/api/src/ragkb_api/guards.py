@@ -12,6 +12,7 @@ key's rate limit (429 when spent; ragkb_api.rate_limit); refused and public requ
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from anyio.to_thread import run_sync
@@ -23,6 +24,7 @@ from ragkb_api.access import DEFAULT_ACCESS, Caller, authorize, bearer_token
 from ragkb_api.console.sessions import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE, ConsoleSessions, csrf_matches
 from ragkb_api.keys.service import ApiKeyService
 from ragkb_api.rate_limit import RateLimiter
+from ragkb_api.timing import AUTH_MS_STATE
 from ragkb_core.errors import Forbidden, Unauthorized
 from ragkb_http import PUBLIC, declared_access
 
@@ -46,9 +48,11 @@ class AccessGuard:
             # A Redis read: off the event loop.
             presented = await run_sync(self._console_key, connection)
         # A database read and a Redis call: off the event loop.
+        started = time.perf_counter()
         caller = await run_sync(self._authenticated_within_limit, presented)
         authorize(caller, needed, connection.path_params.get("kb_id"))
         connection.state[CALLER_STATE] = caller
+        connection.state[AUTH_MS_STATE] = (time.perf_counter() - started) * 1000
 
     def _authenticated_within_limit(self, presented: str | None) -> Caller:
         caller = self._keys.authenticate(presented)

@@ -14,10 +14,11 @@ from ragkb_models import EmbedderPool
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.port import VectorIndex
 from ragkb_retriever.indexing import IndexService
+from ragkb_retriever.query_vectors import QueryVectorCache
 from ragkb_retriever.reranking import RerankerPool
 from ragkb_retriever.routes import IndexController, SearchController, analyze, internal_ready
 from ragkb_retriever.searching import SearchService
-from ragkb_retriever.settings import RetrieverSettings
+from ragkb_retriever.settings import RetrieverSettings, query_embedding_settings
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,7 @@ class RetrieverServices:
 def build_services(settings: RetrieverSettings) -> RetrieverServices:
     # Heavy models load here, once per process at start-up, never per request: the default embedding model
     # now, another allowed one when a re-index first asks for it (then kept for the process).
-    embedders = EmbedderPool(settings.embedding)
+    embedders = EmbedderPool(query_embedding_settings(settings))
     embedders.get()
     rerankers = RerankerPool(settings.reranker)
     rerankers.warm_up()
@@ -42,7 +43,9 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
     return RetrieverServices(
         index=index,
         indexing=IndexService(index, embedders),
-        search=SearchService(index, embedders.get, bm25_for, rerankers),
+        search=SearchService(
+            index, embedders.get, bm25_for, rerankers, QueryVectorCache(settings.retriever.query_cache_size)
+        ),
     )
 
 

@@ -39,6 +39,7 @@ from ragkb_models.cross_encoder import blend_scores, passage_for_reranking
 from ragkb_retriever.assembly import Candidate, assemble
 from ragkb_retriever.index.filters import ordinal_window_filter
 from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex
+from ragkb_retriever.query_vectors import QueryVectorCache
 from ragkb_retriever.reranking import RerankerPool, RerankOutcome
 
 DOC_TYPES: tuple[DocType, ...] = ("knowledge", "reference")
@@ -108,11 +109,13 @@ class SearchService:
         encoder_for: QueryEncoderFor,
         bm25_for: EncoderForAnalyzer,
         rerankers: RerankerPool,
+        query_vectors: QueryVectorCache | None = None,
     ) -> None:
         self._index = index
         self._encoder_for = encoder_for
         self._bm25_for = bm25_for
         self._rerankers = rerankers
+        self._query_vectors = query_vectors or QueryVectorCache(0)
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_SEARCHES, thread_name_prefix="kb-search")
 
     def search(self, query: SearchQuery) -> SearchResult:
@@ -121,7 +124,7 @@ class SearchService:
         parts = self._plan(query)
         vectors = self._encode(query.query, parts, watch)
         with watch.stage("retrieve"):
-            retrieved = self._retrieve(parts, vectors)
+            retrieved = self._retrieve(parts, vectors, explain=query.explain)
         candidates = [
             Candidate(hit=hit, part=part.name, threshold=part.kb.retrieval.score_threshold if part.reranks else None)
             for part, (hits, _) in zip(parts, retrieved, strict=True)
@@ -182,7 +185,7 @@ class SearchService:
         models = {part.kb.embedding_model for part in parts if part.mode != "keyword"}
         with watch.stage("embed", runs=bool(models)):
             # One vector per distinct model, in a fixed order: KBs of one model share it.
-            dense = {model: self._encoder_for(model).embed_query(text) for model in sorted(models, key=str)}
+            dense = {model: self._query_vector(model, text) for model in sorted(models, key=str)}
         with watch.stage("analyze", runs=any(part.mode != "semantic" for part in parts)):
             sparse: dict[str, SparseTerms] = {}
             for part in parts:
@@ -192,9 +195,14 @@ class SearchService:
                         sparse[encoder.version] = encoder.encode_query(text)
         return QueryVectors(dense_by_model=dense, sparse_by_analyzer=sparse)
 
+    def _query_vector(self, model: str | None, text: str) -> list[float]:
+        return self._query_vectors.get_or_embed(model, text, lambda: self._encoder_for(model).embed_query(text))
+
     # -- retrieval ---------------------------------------------------------------------------------
 
-    def _retrieve(self, parts: Sequence[KbPart], vectors: QueryVectors) -> list[tuple[list[SearchHit], LegResults]]:
+    def _retrieve(
+        self, parts: Sequence[KbPart], vectors: QueryVectors, *, explain: bool
+    ) -> list[tuple[list[SearchHit], LegResults]]:
         def one_part(part: KbPart) -> tuple[list[SearchHit], LegResults]:
             retrieval = part.kb.retrieval
             dense = None
@@ -215,6 +223,8 @@ class SearchService:
                 weights=(retrieval.dense_weight or 1.0, retrieval.keyword_weight or 1.0),
                 fusion=retrieval.fusion,
                 generation=part.kb.generation,
+                # The legs' own payloads serve only the explanation of their rankings.
+                leg_payloads=explain,
             )
             return _annotated_hits(part.kb.kb_id, legs), legs
 

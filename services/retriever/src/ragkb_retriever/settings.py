@@ -37,6 +37,15 @@ class RerankerSettings(BaseModel):
 class RetrieverServerSettings(HttpServerSettings):
     # A default of the class, not of a factory: setting RAGKB_RETRIEVER__HOST alone must not move the port.
     port: int = 8001
+    # Query vectors kept for questions asked again (least recently used out; 1.5 KB each); 0 keeps none.
+    query_cache_size: int = Field(default=4096, ge=0)
+    # Runtime threads per query embedding. A query is a batch of one short text: one thread runs it without
+    # a hand-off between threads at every layer, and concurrent searches embed side by side. 0: the runtime
+    # decides (RAGKB_EMBEDDING__THREADS is the worker's, for passages).
+    embed_threads: int = Field(default=1, ge=0)
+    # Embed queries with the int8 graph of the packaged e5 while passages stay float32 (the worker's backend
+    # `onnx`): about half the CPU per query; see the README's Benchmarks for what it does to quality.
+    query_int8: bool = False
 
 
 class RetrieverSettings(BaseSettings):
@@ -49,3 +58,11 @@ class RetrieverSettings(BaseSettings):
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
     reranker: RerankerSettings = Field(default_factory=RerankerSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
+
+
+def query_embedding_settings(settings: RetrieverSettings) -> EmbeddingSettings:
+    """The embedding settings the retriever loads its models with: it embeds only queries (and reads a
+    model's dimension), so the runtime is set up for one short text at a time."""
+    server = settings.retriever
+    backend = "onnx-int8" if server.query_int8 and settings.embedding.backend == "onnx" else settings.embedding.backend
+    return settings.embedding.model_copy(update={"threads": server.embed_threads, "backend": backend})

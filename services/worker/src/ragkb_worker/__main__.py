@@ -24,6 +24,8 @@ def main() -> None:
     bound_warm_shutdown(settings.worker.drain_s)
     sweeper = build_sweeper(settings, app)
     sweeper.start()
+    # Before the pool forks: every task process inherits it. Reads (searches) must not queue behind ingestion.
+    os.nice(settings.tasks.nice)
     try:
         app.worker_main(
             [

@@ -38,6 +38,9 @@ class TaskSettings(BaseModel):
     # database, the retriever's HTTP write), so a second process on 2 cores took ingestion of short documents
     # from ~3.5 to ~8 documents/s (bench/ingest.py). Each process holds its own copy of the embedder.
     concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    # CPU priority of the task processes (Unix nice, 0–19): while documents are embedded, searches (the api,
+    # the retriever) get the cores first; on an otherwise idle machine ingestion still has all of them.
+    nice: int = Field(default=10, ge=0, le=19)
 
 
 class WorkerServerSettings(HttpServerSettings):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from litestar import Controller, post
+from typing import Any
+
+from litestar import Controller, MediaType, Request, Response, post
+from litestar.openapi.datastructures import ResponseSpec
 
 from ragkb_api.access import Caller
 from ragkb_api.search.schemas import (
@@ -13,6 +16,7 @@ from ragkb_api.search.schemas import (
     SearchTestResponse,
 )
 from ragkb_api.search.service import SearchService
+from ragkb_api.timing import AUTH_MS_STATE, SERVER_TIMING_HEADER, StageTimings
 from ragkb_core.contracts import AnalyzeResult
 from ragkb_http import access
 
@@ -28,9 +32,17 @@ class SearchController(Controller):
         sync_to_thread=True,
         summary="Search one or more knowledge bases",
         opt=access("caller"),
+        # The body is the retriever's JSON passed on (SearchService.search_json); this is its shape.
+        responses={200: ResponseSpec(data_container=SearchResponse, description="Passages, best first")},
     )
-    def search(self, data: SearchRequest, search_service: SearchService, caller: Caller) -> SearchResponse:
-        return search_service.search(data, caller)
+    def search(
+        self, data: SearchRequest, search_service: SearchService, caller: Caller, request: Request[Any, Any, Any]
+    ) -> Response[bytes]:
+        timings = StageTimings()
+        answer = search_service.search_json(data, caller, timings)
+        auth_ms = request.state.get(AUTH_MS_STATE)
+        header = timings.header(**({"auth": auth_ms} if auth_ms is not None else {}))
+        return Response(answer, media_type=MediaType.JSON, headers={SERVER_TIMING_HEADER: header})
 
     @post(
         "/knowledge-bases/{kb_id:str}/search-test",

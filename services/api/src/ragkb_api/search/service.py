@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Literal
 
@@ -19,8 +20,9 @@ from ragkb_api.search.schemas import (
     SearchTestResponse,
     SearchTestRun,
 )
+from ragkb_api.timing import StageTimings
 from ragkb_core.contracts import AnalyzeQuery, AnalyzeResult, DocType, KbSearch, SearchMode, SearchQuery, SearchResult
-from ragkb_core.errors import Conflict, InvalidInput, NotFound
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, Unavailable
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
@@ -43,31 +45,38 @@ class SearchService:
         self._limits = limits
 
     def search(self, request: SearchRequest, caller: Caller) -> SearchResponse:
+        return SearchResponse.model_validate_json(self.search_json(request, caller))
+
+    def search_json(self, request: SearchRequest, caller: Caller, timings: StageTimings | None = None) -> bytes:
+        """The answer as the JSON of a SearchResponse: the retriever's JSON with the query added, never decoded
+        and encoded again here (an answer of 100 passages would cost milliseconds each way)."""
+        timings = timings if timings is not None else StageTimings()
         self._check_query(request.query)
-        kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
-        self.require_readable_kbs(kb_ids, caller)
-        overrides = _with_top_k(request.settings, request.top_k)
-        query = self._query(
-            request.query,
-            kb_ids,
-            caller,
-            overrides=overrides,
-            filters=request.filters,
-            mode=request.mode,
-            explain=request.explain,
-        )
-        result = self._retriever.search(query)
-        return SearchResponse(query=request.query, **dict(result))
+        with timings.stage("kbs"):
+            kbs = self._searchable_kbs(list(dict.fromkeys(request.knowledge_base_ids)), caller)
+            query = self._query(
+                request.query,
+                kbs,
+                caller,
+                overrides=_with_top_k(request.settings, request.top_k),
+                filters=request.filters,
+                mode=request.mode,
+                explain=request.explain,
+            )
+        with timings.stage("retriever"):
+            answer = self._retriever.search_json(query)
+        return with_query(answer, request.query)
 
     def search_test(self, kb_id: str, request: SearchTestRequest, caller: Caller) -> SearchTestResponse:
         """Every mode side by side for one query (explain on), tracing the expected documents."""
         self._check_query(request.query)
         self.require_readable_kbs([kb_id], caller)
         runs = []
+        kbs = self._kb_searches([kb_id])
         for name, mode, rerank in SEARCH_TEST_RUNS:
             overrides = request.settings.model_copy(update={"rerank": rerank})
             query = self._query(
-                request.query, [kb_id], caller, overrides=overrides, filters=request.filters, mode=mode, explain=True
+                request.query, kbs, caller, overrides=overrides, filters=request.filters, mode=mode, explain=True
             )
             result = self._retriever.search(query)
             traces = [trace_expected(document_id, result) for document_id in request.expected_document_ids]
@@ -75,8 +84,7 @@ class SearchService:
         return SearchTestResponse(query=request.query, knowledge_base_id=kb_id, runs=runs)
 
     def analyze(self, request: AnalyzeRequest, caller: Caller) -> AnalyzeResult:
-        self.require_readable_kbs([request.knowledge_base_id], caller)
-        analyzer = self._kb_searches([request.knowledge_base_id])[0].analyzer
+        analyzer = self._searchable_kbs([request.knowledge_base_id], caller)[0].analyzer
         return self._retriever.analyze(AnalyzeQuery(analyzer=analyzer, text=request.text))
 
     def require_readable_kbs(self, kb_ids: Sequence[str], caller: Caller) -> None:
@@ -87,12 +95,15 @@ class SearchService:
         with self._sessions() as session:
             query = select(KnowledgeBase.id, KnowledgeBase.deletion_job_id).where(KnowledgeBase.id.in_(readable))
             found = {kb_id: deletion_job for kb_id, deletion_job in session.execute(query)}
-        missing = [kb_id for kb_id in kb_ids if kb_id not in found]
-        if missing:
-            raise NotFound(f"knowledge bases that do not exist or are not yours: {', '.join(missing)}", missing=missing)
-        deleting = [kb_id for kb_id in kb_ids if found[kb_id] is not None]
-        if deleting:
-            raise Conflict(f"knowledge bases being deleted: {', '.join(deleting)}", deleting=deleting)
+        _require_searchable(kb_ids, found)
+
+    def _searchable_kbs(self, kb_ids: list[str], caller: Caller) -> list[KbSearch]:
+        """`require_readable_kbs` and `_kb_searches` in one database read: the KBs as they are searched."""
+        readable = caller.readable(kb_ids)
+        with self._sessions() as session:
+            rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(readable)))}
+            _require_searchable(kb_ids, {kb_id: kb.deletion_job_id for kb_id, kb in rows.items()})
+            return [_kb_search(rows[kb_id]) for kb_id in kb_ids]
 
     def _check_query(self, query: str) -> None:
         if len(query) > self._limits.max_query_chars:
@@ -101,7 +112,7 @@ class SearchService:
     def _query(
         self,
         text: str,
-        kb_ids: list[str],
+        kbs: list[KbSearch],
         caller: Caller,
         *,
         overrides: RetrievalOverrides,
@@ -109,10 +120,7 @@ class SearchService:
         mode: SearchMode | None,
         explain: bool,
     ) -> SearchQuery:
-        kbs = [
-            kb.model_copy(update={"retrieval": kb.retrieval.with_overrides(overrides)})
-            for kb in self._kb_searches(kb_ids)
-        ]
+        kbs = [kb.model_copy(update={"retrieval": kb.retrieval.with_overrides(overrides)}) for kb in kbs]
         effective = [kb.retrieval for kb in kbs]
         return SearchQuery(
             query=text,
@@ -128,15 +136,38 @@ class SearchService:
         """Each KB as its own settings search it: retrieval, analyzer and the model its vectors come from."""
         with self._sessions() as session:
             rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(kb_ids)))}
-            return [
-                KbSearch(
-                    kb_id=kb_id,
-                    retrieval=KbRetrieval.model_validate(rows[kb_id].retrieval),
-                    analyzer=KbAnalyzer.model_validate(rows[kb_id].analyzer),
-                    embedding_model=rows[kb_id].embedding_model,
-                )
-                for kb_id in kb_ids
-            ]
+            return [_kb_search(rows[kb_id]) for kb_id in kb_ids]
+
+
+def _kb_search(kb: KnowledgeBase) -> KbSearch:
+    return KbSearch(
+        kb_id=kb.id,
+        retrieval=KbRetrieval.model_validate(kb.retrieval),
+        analyzer=KbAnalyzer.model_validate(kb.analyzer),
+        embedding_model=kb.embedding_model,
+    )
+
+
+def _require_searchable(kb_ids: Sequence[str], found: dict[str, str | None]) -> None:
+    """Every requested KB was found among the readable ones (`found`: id → its deletion job, if any); unknown
+    and ungranted ids get the same answer. A KB being deleted answers 409, as its writes do
+    (ensure_not_deleting in ragkb_store.knowledge_bases says why)."""
+    missing = [kb_id for kb_id in kb_ids if kb_id not in found]
+    if missing:
+        raise NotFound(f"knowledge bases that do not exist or are not yours: {', '.join(missing)}", missing=missing)
+    deleting = [kb_id for kb_id in kb_ids if found[kb_id] is not None]
+    if deleting:
+        raise Conflict(f"knowledge bases being deleted: {', '.join(deleting)}", deleting=deleting)
+
+
+def with_query(answer: bytes, query: str) -> bytes:
+    """A SearchResponse's JSON from the retriever's SearchResult JSON (an object): the query as its first
+    member. Spliced as bytes: the passages are passed on exactly as the retriever wrote them."""
+    if not answer.startswith(b"{"):
+        raise Unavailable("the retriever's answer is not a JSON object")
+    rest = answer[1:].lstrip()
+    separator = b"" if rest.startswith(b"}") else b","
+    return b'{"query":' + json.dumps(query).encode() + separator + rest
 
 
 def _with_top_k(overrides: RetrievalOverrides, top_k: int | None) -> RetrievalOverrides:

@@ -23,8 +23,10 @@ from __future__ import annotations
 import fcntl
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -75,6 +77,7 @@ from ragkb_retriever.index.port import (
     assemble,
     document_delete_filter,
     engine_legs,
+    fused_without_payloads,
     live_generation_conflict,
     no_generation,
     no_index,
@@ -82,6 +85,7 @@ from ragkb_retriever.index.port import (
     plan_legs,
     refuse_layout_on_edge,
     rrf_weights,
+    with_payloads,
     wrong_dimension,
 )
 from ragkb_retriever.index.schema import (
@@ -95,6 +99,8 @@ from ragkb_retriever.index.schema import (
 )
 
 LOCK_FILE = ".ragkb-index.lock"
+# Points per Edge update call when a write carries many (see upsert): a search waits at most one slice.
+UPSERT_SLICE = 32
 # Bounds what a power loss can take: the writes acknowledged in the last few seconds.
 FLUSH_INTERVAL_S = 5.0
 _SCHEMA_TYPES: dict[PayloadIndexKind, PayloadSchemaType] = {
@@ -212,14 +218,23 @@ class EdgeIndex:
     def upsert(self, kb_id: str, points: Sequence[IndexPoint], *, generation: int | None = None) -> None:
         if not points:
             return
-        operation = UpdateOperation.upsert_points([_edge_point(point) for point in points])
-        try:
-            handle = self._write(kb_id, operation, generation)
-        except Exception as exc:
-            if (invalid := wrong_dimension(exc)) is not None:
-                raise invalid from exc
-            raise
-        if handle.record_write(len(points)) >= self._optimize_after:
+        handle: ShardHandle | None = None
+        # Edge holds the GIL for a whole update (~0.5 ms a point on 2 cores): a batch of hundreds of points in
+        # one call would stop every search of the process for as long. Slices of UPSERT_SLICE points, with the
+        # GIL let go between them, bound how long a search waits behind a write.
+        for start in range(0, len(points), UPSERT_SLICE):
+            if start:
+                time.sleep(0)  # lets a waiting search thread take the GIL
+            operation = UpdateOperation.upsert_points(
+                [_edge_point(point) for point in points[start : start + UPSERT_SLICE]]
+            )
+            try:
+                handle = self._write(kb_id, operation, generation)
+            except Exception as exc:
+                if (invalid := wrong_dimension(exc)) is not None:
+                    raise invalid from exc
+                raise
+        if handle is not None and handle.record_write(len(points)) >= self._optimize_after:
             self._maintainer.request_optimize(handle)
 
     def delete_document(
@@ -282,6 +297,7 @@ class EdgeIndex:
         *,
         fusion: FusionMethod = "rrf",
         generation: int | None = None,
+        leg_payloads: bool = True,
     ) -> LegResults:
         legs = plan_legs(
             dense,
@@ -296,10 +312,15 @@ class EdgeIndex:
         if not legs:
             self._check_exists(kb_id, generation)
             return no_results()
-        requests = _LegRequests(kb_id, scope, candidate_limit)
+        requests = _LegRequests(kb_id, scope, candidate_limit, leg_payloads)
         with self._shard(kb_id, generation) as (_, shard):
             batch = shard.query_batch(QueryBatchRequest([requests.build(leg) for leg in engine_legs(legs)]))
-        return assemble(legs, [[_hit(point) for point in points] for points in batch], limit)
+            results = assemble(legs, [[_hit(point) for point in points] for points in batch], limit)
+            if fused_without_payloads(legs, leg_payloads) and results.fused:
+                records = shard.retrieve([hit.id for hit in results.fused], with_payload=True, with_vector=False)
+                payloads = {str(record.id): record.payload or {} for record in records}
+                results = replace(results, fused=with_payloads(results.fused, payloads))
+        return results
 
     # -- upkeep ------------------------------------------------------------------------------------
 
@@ -423,10 +444,11 @@ class _LegRequests:
     """Edge query requests for the legs of one search. Every leg carries the scope filter, so that
     ranking only ever sees points the caller may see."""
 
-    def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int) -> None:
+    def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int, leg_payloads: bool) -> None:
         self._filter = _edge_filter(filters.scope_filter(kb_id, scope))
         self._idf = SearchParams(idf=IdfParams(corpus=_edge_filter(filters.kb_filter(kb_id))))
         self._candidates = candidate_limit
+        self._leg_payloads = leg_payloads
 
     def build(self, leg: Leg) -> QueryRequest:
         match leg:
@@ -437,15 +459,14 @@ class _LegRequests:
             case FusedLeg():
                 return self._fused(leg)
 
-    @staticmethod
-    def _leg(prefetch: Prefetch) -> QueryRequest:
+    def _leg(self, prefetch: Prefetch) -> QueryRequest:
         """A leg on its own is its prefetch as a request, so that it matches the fused request's input."""
         return QueryRequest(
             limit=prefetch.limit,
             query=prefetch.query,
             filter=prefetch.filter,
             params=prefetch.params,
-            with_payload=True,
+            with_payload=self._leg_payloads,
         )
 
     def _dense(self, leg: DenseLeg) -> Prefetch:

@@ -162,12 +162,15 @@ class VectorIndex(Protocol):
         *,
         fusion: FusionMethod = "rrf",
         generation: int | None = None,
+        leg_payloads: bool = True,
     ) -> LegResults:
         """Both legs filtered by `scope` inside the engine, fused with RRF (Qdrant's k = `rrf_k`, leg
         `weights` (dense, keyword), see the module docstring).
 
         Without `dense` only the keyword leg runs, without (non-empty) `sparse` only the dense leg;
-        `fused` is then that leg cut to `limit`.
+        `fused` is then that leg cut to `limit`. The `fused` hits always carry their payloads; the legs'
+        hits only with `leg_payloads` (else `{}`): a search reads the payloads of the passages it answers
+        with, not of every candidate (`candidate_limit` per leg), unless it explains the legs.
         """
         ...
 
@@ -311,6 +314,18 @@ def plan_legs(
             return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k, weights, fusion)
         case _:
             return tuple(legs)
+
+
+def fused_without_payloads(steps: Sequence[Step], leg_payloads: bool) -> bool:
+    """A search whose answer is made from leg hits that came without payloads (one leg cut to `limit`, or a
+    fusion computed here): the answer needs them fetched by id afterwards (`with_payloads`)."""
+    computed_here = len(engine_legs(steps)) == 1 or any(isinstance(step, DbsfHere) for step in steps)
+    return not leg_payloads and computed_here
+
+
+def with_payloads(hits: Sequence[IndexHit], payloads: dict[str, dict[str, Any]]) -> list[IndexHit]:
+    """`hits` with the payloads fetched for them by id (a point deleted meanwhile keeps an empty one)."""
+    return [IndexHit(id=hit.id, score=hit.score, payload=payloads.get(hit.id, {})) for hit in hits]
 
 
 def assemble(steps: Sequence[Step], results: Sequence[list[IndexHit]], limit: int) -> LegResults:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
+from dataclasses import replace
 from typing import Any
 
 from qdrant_client import QdrantClient
@@ -38,12 +39,14 @@ from ragkb_retriever.index.port import (
     assemble,
     document_delete_filter,
     engine_legs,
+    fused_without_payloads,
     live_generation_conflict,
     no_generation,
     no_index,
     no_results,
     plan_legs,
     rrf_weights,
+    with_payloads,
     wrong_dimension,
 )
 from ragkb_retriever.index.schema import (
@@ -220,6 +223,7 @@ class ServerIndex:
         *,
         fusion: FusionMethod = "rrf",
         generation: int | None = None,
+        leg_payloads: bool = True,
     ) -> LegResults:
         legs = plan_legs(
             dense,
@@ -235,12 +239,18 @@ class ServerIndex:
             with self._answering():
                 self._check_exists(kb_id, generation)
             return no_results()
-        requests = _LegRequests(kb_id, scope, candidate_limit)
+        requests = _LegRequests(kb_id, scope, candidate_limit, leg_payloads)
+        collection = _collection(kb_id, generation)
         with self._on_kb(kb_id, generation):
             batch = self._client.query_batch_points(
-                _collection(kb_id, generation), requests=[requests.build(leg) for leg in engine_legs(legs)]
+                collection, requests=[requests.build(leg) for leg in engine_legs(legs)]
             )
-        return assemble(legs, [[_hit(point) for point in response.points] for response in batch], limit)
+            results = assemble(legs, [[_hit(point) for point in response.points] for response in batch], limit)
+            if fused_without_payloads(legs, leg_payloads) and results.fused:
+                records = self._client.retrieve(collection, ids=[hit.id for hit in results.fused], with_payload=True)
+                payloads = {str(record.id): record.payload or {} for record in records}
+                results = replace(results, fused=with_payloads(results.fused, payloads))
+        return results
 
     # -- upkeep ------------------------------------------------------------------------------------
 
@@ -350,11 +360,12 @@ class _LegRequests:
     """qdrant-client query requests for the legs of one search. Every leg carries the scope filter, so
     that ranking only ever sees points the caller may see."""
 
-    def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int) -> None:
+    def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int, leg_payloads: bool) -> None:
         self._filter = _filter(filters.scope_filter(kb_id, scope))
         # IDF over the KB's live points, the same statistics Edge computes (see edge.py).
         self._idf = qm.SearchParams(idf=qm.IdfCorpusParams(corpus=_filter(filters.kb_filter(kb_id))))
         self._candidates = candidate_limit
+        self._leg_payloads = leg_payloads
 
     def build(self, leg: Leg) -> qm.QueryRequest:
         match leg:
@@ -365,15 +376,14 @@ class _LegRequests:
             case FusedLeg():
                 return self._fused(leg)
 
-    @staticmethod
-    def _leg(prefetch: qm.Prefetch) -> qm.QueryRequest:
+    def _leg(self, prefetch: qm.Prefetch) -> qm.QueryRequest:
         return qm.QueryRequest(
             query=prefetch.query,
             using=prefetch.using,
             filter=prefetch.filter,
             params=prefetch.params,
             limit=prefetch.limit,
-            with_payload=True,
+            with_payload=self._leg_payloads,
         )
 
     def _dense(self, leg: DenseLeg) -> qm.Prefetch:
