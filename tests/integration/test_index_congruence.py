@@ -19,6 +19,7 @@ from qdrant_client import QdrantClient
 from ragkb_core import ids
 from ragkb_core.contracts import DocType, ScopeFilter, SparseTerms
 from ragkb_core.errors import NotFound
+from ragkb_core.kb_settings import FusionMethod
 from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.port import IndexHit, IndexPoint, LegResults, VectorIndex
@@ -142,9 +143,25 @@ class Search:
     sparse: SparseTerms | None
     scope: ScopeFilter
 
-    def run(self, index: VectorIndex, *, leg_payloads: bool = True) -> LegResults:
+    def run(
+        self,
+        index: VectorIndex,
+        *,
+        leg_payloads: bool = True,
+        weights: tuple[float, float] = (1.0, 1.0),
+        fusion: FusionMethod = "rrf",
+    ) -> LegResults:
         return index.search(
-            self.kb_id, self.dense, self.sparse, self.scope, LIMIT, CANDIDATES, RRF_K, leg_payloads=leg_payloads
+            self.kb_id,
+            self.dense,
+            self.sparse,
+            self.scope,
+            LIMIT,
+            CANDIDATES,
+            RRF_K,
+            leg_payloads=leg_payloads,
+            weights=weights,
+            fusion=fusion,
         )
 
 
@@ -347,16 +364,19 @@ def test_scope_filters_never_leak_into_any_leg(engine: str, request: pytest.Fixt
 
 
 @pytest.mark.parametrize("engine", ["edge", "server"])
+@pytest.mark.parametrize("weights", [(1.0, 1.0), (1.0, 1.5)])
 def test_a_search_without_leg_payloads_answers_the_same_and_reads_only_the_answers_payloads(
-    engine: str, request: pytest.FixtureRequest
+    engine: str, weights: tuple[float, float], request: pytest.FixtureRequest
 ) -> None:
     """What a search that explains nothing asks for: the same legs (ids and scores) and the same fused answer,
-    with payloads on the answer only, also when one leg is the answer."""
+    with payloads on the answer only, also when one leg is the answer or the fusion is computed here (weighted
+    DBSF)."""
     index: VectorIndex = request.getfixturevalue(engine)
     _load(index)
     single_legs = 0
     for search in SEARCHES:
-        full, lean = search.run(index), search.run(index, leg_payloads=False)
+        full = search.run(index, weights=weights, fusion="dbsf")
+        lean = search.run(index, leg_payloads=False, weights=weights, fusion="dbsf")
         # Equal scores may come back in either order from one call to the next: compared as tie groups.
         assert_same_ranking(lean.fused, full.fused)
         assert_same_payloads(lean.fused, full.fused)
