@@ -97,12 +97,16 @@ class RunningRagkb(PrivateStack):
     def wait_document(self, kb_id: str, document_id: str, timeout_s: float = 300) -> dict[str, Any]:
         path = f"/v1/knowledge-bases/{kb_id}/documents/{document_id}"
         document = wait_until_ended(lambda: self.client.get(path).json(), timeout_s, POLL_S)
-        assert document["status"] in ("done", "failed"), f"document {document_id} still {document['status']}"
+        assert document["status"] in ("done", "failed"), (
+            f"document {document_id} still {document['status']} after {timeout_s} s; log:\n{self.log_tail()}"
+        )
         return document
 
     def wait_job(self, job_id: str, timeout_s: float = 300) -> dict[str, Any]:
         job = wait_until_ended(lambda: self.client.get(f"/v1/jobs/{job_id}").json(), timeout_s, POLL_S)
-        assert job["status"] not in ("queued", "running"), f"job {job_id} still {job['status']} after {timeout_s} s"
+        assert job["status"] not in ("queued", "running"), (
+            f"job {job_id} still {job['status']} after {timeout_s} s; log:\n{self.log_tail()}"
+        )
         return job
 
     def search(self, query: str, kb_ids: list[str], top_k: int = 5) -> list[dict[str, Any]]:
