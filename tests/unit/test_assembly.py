@@ -1,4 +1,5 @@
-"""The cuts from candidates to an answer (retriever assembly): order, top_k, dedupe, threshold, quota, max_blocks."""
+"""The cuts from candidates to an answer (retriever assembly): order, collapse, top_k, dedupe, threshold, quota,
+max_blocks."""
 
 from __future__ import annotations
 
@@ -75,3 +76,18 @@ def test_quotas_cap_each_doc_type_and_leave_unlisted_types_alone() -> None:
     assembled = assemble(references + knowledge, top_k_per_part=parts, doc_type_quotas={"reference": 1}, max_blocks=10)
     assert ids(assembled.results) == ["r0", "k0", "k1", "k2"]
     assert {drop.hit.chunk_id for drop in assembled.dropped if drop.stage == "quota"} == {"r1", "r2", "r3"}
+
+
+def test_collapsed_by_document_each_document_keeps_its_best_candidate_and_top_k_counts_documents() -> None:
+    passages = [hit(f"p{i}", 1 - i / 10) for i in range(4)]
+    for passage in passages[:3]:
+        passage.document_id = "manual"  # three passages of one document, the best ranked first
+    same_document_elsewhere = hit("q", 0.95, kb="b")
+    same_document_elsewhere.document_id = "manual"  # the same id in another KB is another document
+    candidates = [candidate(found) for found in passages] + [candidate(same_document_elsewhere, "b")]
+    assembled = assemble(
+        candidates, top_k_per_part={"a": 2, "b": 2}, doc_type_quotas=None, max_blocks=10, collapse="document"
+    )
+    assert ids(assembled.results) == ["p0", "q", "p3"]
+    assert {(drop.stage, drop.hit.chunk_id) for drop in assembled.dropped} == {("collapse", "p1"), ("collapse", "p2")}
+    assert "p0" in assembled.dropped[0].reason

@@ -14,6 +14,8 @@ from ragkb_core.kb_settings import DocType, KbAnalyzer, KbIndexLayout, KbRetriev
 __all__ = ["DocType"]  # re-exported: wire contracts name it, kb_settings defines it
 
 SearchMode = Literal["hybrid", "semantic", "keyword"]
+# How an answer may be collapsed: "document" keeps each document's best passage only.
+Collapse = Literal["document"]
 # A metadata value a search may filter on by equality (strings, integers, booleans; no floats: equality on
 # floats is a trap).
 MetadataValue = str | int | bool
@@ -119,6 +121,8 @@ class KbSearch(BaseModel):
     """One KB of a search, with its effective settings (the KB's own, request overrides applied)."""
 
     kb_id: str
+    # Its name, which each hit carries (the api knows it; the retriever only passes it on).
+    name: str = ""
     retrieval: KbRetrieval = Field(default_factory=KbRetrieval)
     analyzer: KbAnalyzer = Field(default_factory=KbAnalyzer)
     # The model the searched generation's vectors come from (the KB's `embedding_model`, or a re-index
@@ -142,13 +146,22 @@ class SearchQuery(BaseModel):
     doc_type_quotas: dict[DocType, int] | None = None
     # Also return what was dropped after retrieval, and by which stage.
     explain: bool = False
+    # "document": at most one passage per document (its best) in the answer.
+    collapse: Collapse | None = None
 
     @property
     def kb_ids(self) -> list[str]:
         return [kb.kb_id for kb in self.knowledge_bases]
 
 
-DropStage = Literal["top_k", "dedupe", "threshold", "quota", "max_blocks"]
+DropStage = Literal["top_k", "dedupe", "collapse", "threshold", "quota", "max_blocks"]
+
+
+def original_link(kb_id: str, document_id: str, page: int | None = None) -> str:
+    """The public path of a document's stored original (the api serves it, grants enforced); a PDF's page as
+    the `#page=` fragment PDF viewers open at."""
+    path = f"/v1/knowledge-bases/{kb_id}/documents/{document_id}/original"
+    return f"{path}#page={page}" if page else path
 
 
 class SearchHit(BaseModel):
@@ -170,6 +183,11 @@ class SearchHit(BaseModel):
     char_end: int = 0
     labels: list[str] = Field(default_factory=list)
     doc_type: DocType = "knowledge"
+    # The document's metadata as uploaded, the KB's name, and the citation's way back to the source: the
+    # stored original's path (relative to the api), at the passage's page when it has one.
+    metadata: dict[str, MetadataValue] = Field(default_factory=dict)
+    knowledge_base_name: str = ""
+    original_url: str = ""
     # Per stage: rank (from 1) and score in the dense leg (cosine) and keyword leg (BM25), the fused
     # rank and score, and the reranker's score; None where the stage did not run or did not see the passage.
     dense_rank: int | None = None

@@ -3,6 +3,8 @@
 Pure functions over plain data, so that every rule is unit-tested without an engine. The order of the
 cuts is the contract:
 
+0. `collapse` — on request, a document's best candidate only, before anything is counted: `top_k` and
+   `max_blocks` then count documents;
 1. `top_k` — a KB (or, with quotas, a KB's share of one doc_type) keeps its best `top_k` candidates
    (only bites after reranking, which reads `top_k × candidate_multiplier` of them);
 2. merge all KBs by the answer's score (`SearchHit.score`: the reranker's when it ran, else the fused one);
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ragkb_core.contracts import DocType, DroppedHit, DropStage, SearchHit
+from ragkb_core.contracts import Collapse, DocType, DroppedHit, DropStage, SearchHit
 
 
 @dataclass
@@ -42,8 +44,11 @@ def assemble(
     top_k_per_part: dict[str, int],
     doc_type_quotas: dict[DocType, int] | None,
     max_blocks: int,
+    collapse: Collapse | None = None,
 ) -> Assembled:
     dropped: list[DroppedHit] = []
+    if collapse == "document":
+        candidates = _one_per_document(sorted(candidates, key=lambda candidate: -candidate.hit.score), dropped)
     kept = _cut_parts_to_top_k(candidates, top_k_per_part, dropped)
     kept = sorted(kept, key=lambda candidate: -candidate.hit.score)
     kept = _dedupe(kept, dropped)
@@ -79,6 +84,19 @@ def _dedupe(ordered: list[Candidate], dropped: list[DroppedHit]) -> list[Candida
             kept.append(candidate)
         else:
             dropped.append(_drop(candidate, "dedupe", f"same text as passage {first.chunk_id}, ranked higher"))
+    return kept
+
+
+def _one_per_document(ordered: list[Candidate], dropped: list[DroppedHit]) -> list[Candidate]:
+    best_by_document: dict[tuple[str, str], SearchHit] = {}
+    kept: list[Candidate] = []
+    for candidate in ordered:
+        hit = candidate.hit
+        best = best_by_document.setdefault((hit.knowledge_base_id, hit.document_id), hit)
+        if best is hit:
+            kept.append(candidate)
+        else:
+            dropped.append(_drop(candidate, "collapse", f"its document's passage {best.chunk_id} ranked higher"))
     return kept
 
 

@@ -32,6 +32,7 @@ from ragkb_core.contracts import (
     SearchQuery,
     SearchResult,
     SparseTerms,
+    original_link,
 )
 from ragkb_core.errors import NotFound
 from ragkb_core.kb_settings import KbAnalyzer
@@ -142,6 +143,7 @@ class SearchService:
                 top_k_per_part={part.name: part.kb.retrieval.top_k for part in parts},
                 doc_type_quotas=query.doc_type_quotas,
                 max_blocks=query.max_blocks,
+                collapse=query.collapse,
             )
         return SearchResult(
             results=assembled.results,
@@ -226,7 +228,7 @@ class SearchService:
                 # The legs' own payloads serve only the explanation of their rankings.
                 leg_payloads=explain,
             )
-            return _annotated_hits(part.kb.kb_id, legs), legs
+            return _annotated_hits(part.kb, legs), legs
 
         if len(parts) == 1:
             return [one_part(parts[0])]
@@ -307,13 +309,13 @@ def _rerank_text(hit: SearchHit) -> str:
     return passage_for_reranking(hit.title, hit.heading_path, hit.text)
 
 
-def _annotated_hits(kb_id: str, legs: LegResults) -> list[SearchHit]:
+def _annotated_hits(kb: KbSearch, legs: LegResults) -> list[SearchHit]:
     """Fused hits with their fused rank and the rank and score each had in the dense and keyword legs."""
     dense_ranks = _ranks(legs.dense)
     keyword_ranks = _ranks(legs.keyword)
     hits = []
     for rank, found in enumerate(legs.fused, start=1):
-        hit = _hit(kb_id, found, dense_ranks.get(found.id), keyword_ranks.get(found.id))
+        hit = _hit(kb.kb_id, found, dense_ranks.get(found.id), keyword_ranks.get(found.id), kb.name)
         hit.fused_rank, hit.fused_score = rank, found.score
         hits.append(hit)
     return hits
@@ -343,6 +345,7 @@ def _hit(
     hit: IndexHit,
     dense: tuple[int, float] | None = None,
     keyword: tuple[int, float] | None = None,
+    kb_name: str = "",
 ) -> SearchHit:
     payload: dict[str, Any] = hit.payload
     return SearchHit(
@@ -361,6 +364,9 @@ def _hit(
         char_end=payload.get("char_end", 0),
         labels=payload.get("labels") or [],
         doc_type=payload.get("doc_type", "knowledge"),
+        metadata=payload.get("metadata") or {},
+        knowledge_base_name=kb_name,
+        original_url=original_link(kb_id, payload["document_id"], payload.get("page")),
         dense_rank=dense[0] if dense else None,
         dense_score=dense[1] if dense else None,
         keyword_rank=keyword[0] if keyword else None,

@@ -16,7 +16,7 @@ from ragkb_api.fields import (
     Id,
 )
 from ragkb_api.keys.schemas import KeySearchFilter
-from ragkb_core.contracts import MetadataValue, SearchMode, SearchResult
+from ragkb_core.contracts import Collapse, MetadataValue, SearchMode, SearchResult
 from ragkb_core.kb_settings import RetrievalOverrides
 
 MetadataKey = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,64}$")]
@@ -54,6 +54,8 @@ class SearchRequest(BaseModel):
     filters: SearchFilters = Field(default_factory=SearchFilters)
     # Also return the candidates left out (and the stage that left them out) and the legs' own rankings.
     explain: bool = False
+    # "document": one passage per document, its best (for a list of documents rather than of passages).
+    collapse: Collapse | None = None
 
     @field_validator("query")
     @classmethod

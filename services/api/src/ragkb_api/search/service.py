@@ -21,7 +21,16 @@ from ragkb_api.search.schemas import (
     SearchTestRun,
 )
 from ragkb_api.timing import StageTimings
-from ragkb_core.contracts import AnalyzeQuery, AnalyzeResult, DocType, KbSearch, SearchMode, SearchQuery, SearchResult
+from ragkb_core.contracts import (
+    AnalyzeQuery,
+    AnalyzeResult,
+    Collapse,
+    DocType,
+    KbSearch,
+    SearchMode,
+    SearchQuery,
+    SearchResult,
+)
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, Unavailable
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 from ragkb_core.retriever_client import RetrieverClient
@@ -62,6 +71,7 @@ class SearchService:
                 filters=request.filters,
                 mode=request.mode,
                 explain=request.explain,
+                collapse=request.collapse,
             )
         with timings.stage("retriever"):
             answer = self._retriever.search_json(query)
@@ -119,6 +129,7 @@ class SearchService:
         filters: SearchFilters,
         mode: SearchMode | None,
         explain: bool,
+        collapse: Collapse | None = None,
     ) -> SearchQuery:
         kbs = [kb.model_copy(update={"retrieval": kb.retrieval.with_overrides(overrides)}) for kb in kbs]
         effective = [kb.retrieval for kb in kbs]
@@ -130,6 +141,7 @@ class SearchService:
             max_blocks=min(retrieval.max_blocks for retrieval in effective),
             doc_type_quotas=merged_quotas(effective),
             explain=explain,
+            collapse=collapse,
         )
 
     def _kb_searches(self, kb_ids: list[str]) -> list[KbSearch]:
@@ -142,6 +154,7 @@ class SearchService:
 def _kb_search(kb: KnowledgeBase) -> KbSearch:
     return KbSearch(
         kb_id=kb.id,
+        name=kb.name,
         retrieval=KbRetrieval.model_validate(kb.retrieval),
         analyzer=KbAnalyzer.model_validate(kb.analyzer),
         embedding_model=kb.embedding_model,

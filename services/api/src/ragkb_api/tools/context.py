@@ -77,4 +77,6 @@ def _citation(number: int, hit: SearchHit) -> ContextCitation:
         char_start=hit.char_start,
         char_end=hit.char_end,
         score=hit.score,
+        knowledge_base_name=hit.knowledge_base_name,
+        original_url=hit.original_url,
     )

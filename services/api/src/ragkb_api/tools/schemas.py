@@ -144,6 +144,9 @@ class ContextCitation(BaseModel):
     char_start: int
     char_end: int
     score: float
+    knowledge_base_name: str = ""
+    # The stored original (a path on this api, `#page=N` for a PDF's page): the way back to the source.
+    original_url: str = ""
 
 
 class ContextResponse(BaseModel):
