@@ -20,7 +20,7 @@ PAGES = [
     ["The staff canteen serves breakfast from seven."],
 ]
 METADATA = {"department": "logistics", "revision": 4, "public": True}
-KB_NAME = "citations-handbook"
+KB_NAME = "depot-citations"
 
 
 @pytest.fixture(scope="module")

@@ -272,6 +272,10 @@ def run_a_search_test(page: Page) -> None:
     expect(page.locator("article.run")).to_have_count(4)
     expect(page.locator("article.run").first.locator(".hit").first).to_contain_text("rules-ja")
     expect(page.locator("td .trace.found").first).to_be_visible()
+    # A hit leads back to its source: the link downloads the original with the console's session.
+    href = page.locator("article.run").first.locator(".hit a.hit-original").first.get_attribute("href")
+    assert href and href.endswith("/original")
+    assert page.request.get(page.url.split("/console")[0] + href).status == 200
     in_both_languages(page, "search")
 
 
@@ -361,7 +365,8 @@ def fix_settings_the_server_refused(page: Page, ragkb: RunningRagkb, kb_id: str)
 def see_the_knowledge_bases(page: Page, ragkb: RunningRagkb) -> None:
     """Document counts per status and the index size of each."""
     go(page, ragkb, "/kbs")
-    row = page.locator("tr", has_text="handbook")
+    # Other test modules' KBs share the stack: match the KB's link exactly, not any row mentioning it.
+    row = page.get_by_role("row").filter(has=page.get_by_role("link", name="handbook", exact=True))
     expect(row).to_contain_text("1 failed")
     expect(row.locator("td").nth(3)).to_have_text(re.compile(r"^\d+$"))
     in_both_languages(page, "knowledge-bases")

@@ -14,7 +14,7 @@ EXAMPLES = REPO / "examples"
 
 @pytest.fixture(scope="module")
 def walkthrough_kb(ragkb: RunningRagkb) -> dict[str, str]:
-    kb_id = ragkb.create_kb("handbook")
+    kb_id = ragkb.create_kb("walkthrough-handbook")
     documents = {}
     for name in ("shugyo-kisoku.md", "travel-policy.md"):
         accepted = ragkb.upload_file(kb_id, EXAMPLES / name)

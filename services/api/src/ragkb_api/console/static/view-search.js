@@ -128,7 +128,10 @@ function renderRun(run, expected) {
     el("div", { class: "timings" }, Object.entries(result.timings_ms || {}).map(([stage, ms]) => el("span", { text: stage + " " + number(ms, 1) + " ms" }))),
     result.results.length ? el("ol", { class: "hits" }, result.results.map((hit, index) => el("li", { class: expected.has(hit.document_id) ? "hit expected" : "hit" }, [
       el("div", { class: "hit-title" }, [el("span", { class: "rank", text: "#" + (index + 1) }), el("span", { text: hit.title || hit.source_id }), expected.has(hit.document_id) ? el("span", { class: "chip star", text: t("search.expectedMark") }) : null]),
-      el("div", { class: "muted small mono", text: hit.source_id + (hit.page ? " · p. " + hit.page : "") }),
+      el("div", { class: "muted small mono" }, [
+        el("span", { text: hit.source_id + (hit.page ? " · p. " + hit.page : "") + " · " }),
+        hit.original_url ? el("a", { href: hit.original_url, download: "", class: "hit-original", text: t("search.original") }) : null,
+      ]),
       el("p", { class: "hit-text", text: short(hit.text, 280) }),
       el("div", { class: "scores", text: [
         "score " + number(hit.score, 4),
