@@ -63,3 +63,33 @@ def test_unauthenticated_and_open_requests_cost_no_token(client: TestClient[obje
         assert client.get("/schema/openapi.json").status_code == 200
     auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
     assert client.get("/v1/knowledge-bases", headers=auth).status_code == 200
+
+
+def _tool_call(request_id: int) -> dict[str, object]:
+    arguments = {"knowledge_base_ids": ["a" * 32]}  # no such KB: the tool answers so, from the database
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "query_files", "arguments": arguments},
+    }
+
+
+def test_every_mcp_tool_call_spends_a_token_and_a_batch_is_refused(client: TestClient[object]) -> None:
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    batch = client.post("/mcp", json=[_tool_call(n) for n in range(50)], headers=auth)
+    assert batch.status_code == 400 and batch.json()["error"]["code"] == -32600
+    # The refused batch spent one token, like any request; the one left pays for one tool call, not more.
+    called = client.post("/mcp", json=_tool_call(1), headers=auth)
+    assert called.status_code == 200 and "do not exist" in called.json()["result"]["content"][0]["text"]
+    spent = client.post("/mcp", json=_tool_call(2), headers=auth)
+    assert spent.status_code == 429 and spent.headers["retry-after"]
+
+
+def test_dify_answers_a_spent_key_in_difys_error_shape(client: TestClient[object]) -> None:
+    auth = {"Authorization": f"Bearer {ADMIN_KEY}"}
+    body = {"knowledge_id": "a" * 32, "query": "leave", "retrieval_setting": {"top_k": 1}}
+    answers = [client.post("/retrieval", json=body, headers=auth) for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [404, 404, 429]
+    assert answers[2].json()["error_code"] == 3001 and set(answers[2].json()) == {"error_code", "error_msg"}
+    assert 1 <= int(answers[2].headers["retry-after"]) <= 60

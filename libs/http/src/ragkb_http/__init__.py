@@ -1,5 +1,6 @@
 """HTTP plumbing shared by the Litestar services (api, retriever)."""
 
+from ragkb_http.bodies import JsonBodyRequest, decode_json
 from ragkb_http.guards import ACCESS_OPT, PUBLIC, access, declared_access, service_token_guard
 from ragkb_http.health import health_router
 from ragkb_http.problems import PROBLEM_HANDLERS, problem_response
@@ -8,8 +9,10 @@ __all__ = [
     "ACCESS_OPT",
     "PROBLEM_HANDLERS",
     "PUBLIC",
+    "JsonBodyRequest",
     "access",
     "declared_access",
+    "decode_json",
     "health_router",
     "problem_response",
     "service_token_guard",

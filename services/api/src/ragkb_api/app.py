@@ -41,7 +41,7 @@ from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, health_router
+from ragkb_http import PROBLEM_HANDLERS, PUBLIC, JsonBodyRequest, access, health_router
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
 from ragkb_store.queue import make_celery
@@ -135,7 +135,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             ConsoleController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
-        guards=[AccessGuard(services.api_keys, limiter, console_sessions)],
+        guards=[AccessGuard(services.api_keys, limiter, console_sessions, services.dify)],
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
@@ -154,6 +154,8 @@ def create_app(settings: ApiSettings) -> Litestar:
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
         exception_handlers=PROBLEM_HANDLERS,
+        # JSON bodies: 415 when declared as another type, 422 when malformed or nested past the decoder.
+        request_class=JsonBodyRequest,
         openapi_config=OpenAPIConfig(
             title="ragkb",
             version="1.0.0",

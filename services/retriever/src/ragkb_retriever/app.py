@@ -9,7 +9,7 @@ from litestar.di import Provide
 
 from ragkb_analyzer import Bm25Encoder, bm25_encoder_for
 from ragkb_core.kb_settings import KbAnalyzer
-from ragkb_http import PROBLEM_HANDLERS, health_router, service_token_guard
+from ragkb_http import PROBLEM_HANDLERS, JsonBodyRequest, health_router, service_token_guard
 from ragkb_models import EmbedderPool
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.port import VectorIndex
@@ -69,6 +69,8 @@ def create_app(settings: RetrieverSettings) -> Litestar:
         # Only the api and the worker, holding the shared token, may call anything but /health and /ready.
         guards=[service_token_guard(token)],
         exception_handlers=PROBLEM_HANDLERS,
+        # JSON bodies: 415 when declared as another type, 422 when malformed or nested past the decoder.
+        request_class=JsonBodyRequest,
         # Chunk batches of a large document carry 384 floats per chunk: allow generous bodies internally.
         request_max_body_size=512 * 1024 * 1024,
         on_shutdown=[services.search.close, services.index.close],

@@ -19,10 +19,15 @@ from ragkb_api.rate_limit import RateLimiter
 from ragkb_api.search.schemas import SearchRequest
 from ragkb_api.search.service import SearchService
 from ragkb_core.contracts import SearchHit
-from ragkb_core.errors import Conflict, NotFound, Unauthorized
+from ragkb_core.errors import Conflict, NotFound, TooManyRequests, Unauthorized
 from ragkb_store.db.models import Document
 
 INVALID_HEADER, AUTH_FAILED, NO_SUCH_KNOWLEDGE = 1001, 1002, 2001
+# Not one of Dify's documented codes (Dify has none for it): the key spent its rate limit; HTTP 429 and
+# Retry-After say when to try again.
+RATE_LIMITED = 3001
+# The route's access level (ragkb_api.access): the app's guard authenticates it through DifyService.
+DIFY_ACCESS = "dify"
 # With a metadata condition, this many times top_k candidates are searched before filtering (at most 100).
 CONDITION_OVERFETCH = 4
 
@@ -30,11 +35,12 @@ CONDITION_OVERFETCH = 4
 class DifyError(Exception):
     """One of Dify's documented errors, answered as `{error_code, error_msg}` with its HTTP status."""
 
-    def __init__(self, code: int, message: str, status: int) -> None:
+    def __init__(self, code: int, message: str, status: int, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {"error_code": self.code, "error_msg": self.message}
@@ -95,7 +101,8 @@ class DifyService:
         self._search = search
 
     def authenticate(self, authorization: str | None) -> Caller:
-        """The caller, or Dify's 1001 (header not `Bearer <key>`) / 1002 (key not valid), both HTTP 403."""
+        """The caller, or Dify's 1001 (header not `Bearer <key>`) / 1002 (key not valid), both HTTP 403, or
+        3001 with HTTP 429 and Retry-After when the key spent its rate limit."""
         presented = bearer_token(authorization)
         if presented is None:
             raise DifyError(
@@ -105,7 +112,10 @@ class DifyService:
             caller = self._keys.authenticate(presented)
         except Unauthorized:
             raise DifyError(AUTH_FAILED, "Authorization failed", 403) from None
-        self._limiter.take(caller.key_id)
+        try:
+            self._limiter.take(caller.key_id)
+        except TooManyRequests as exc:
+            raise DifyError(RATE_LIMITED, exc.detail, 429, exc.headers) from None
         return caller
 
     def retrieve(self, request: DifyRetrievalRequest, caller: Caller) -> DifyRetrievalResponse:

@@ -101,6 +101,8 @@ def _query_line(line: str, number: int) -> Question:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise _bad(QUERIES_FILE, number, f"not a JSON object ({exc.msg})") from exc
+    except RecursionError as exc:  # `[[[[…` past the decoder's depth: malformed like any other line
+        raise _bad(QUERIES_FILE, number, "not a JSON object (nested too deeply)") from exc
     if not isinstance(record, dict):
         raise _bad(QUERIES_FILE, number, "not a JSON object")
     query_id, text = record.get("_id", record.get("id")), record.get("text")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from anyio.to_thread import run_sync
@@ -25,7 +24,7 @@ from ragkb_api.evaluations.schemas import (
 from ragkb_api.evaluations.service import EvaluationService
 from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_core.errors import InvalidInput, UnsupportedMediaType
-from ragkb_http import access
+from ragkb_http import access, decode_json
 
 CREATE_DESCRIPTION = """Save queries with relevance judgements for this KB.
 
@@ -158,9 +157,7 @@ async def _read_file(file: Any) -> bytes:
 
 def _validate_json(body: bytes) -> QuestionSetCreate:
     try:
-        return QuestionSetCreate.model_validate(json.loads(body))
-    except ValueError as exc:
-        if not isinstance(exc, ValidationError):
-            raise InvalidInput("the body is not valid JSON") from exc
+        return QuestionSetCreate.model_validate(decode_json(body))
+    except ValidationError as exc:
         errors = [{"loc": list(e["loc"]), "message": e["msg"]} for e in exc.errors()[:20]]
         raise InvalidInput("the question set is not valid", errors=errors) from exc
