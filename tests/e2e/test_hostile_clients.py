@@ -101,6 +101,49 @@ def test_dify_refuses_an_unauthenticated_deep_body_from_its_header_alone(ragkb: 
     assert authenticated.status_code == 422 and authenticated.headers["content-type"].startswith(PROBLEM)
 
 
+# -- 14. NUL characters ---------------------------------------------------------------------------------------
+
+
+def _nul_requests(kb_id: str) -> dict[str, tuple[str, str, dict[str, Any]]]:
+    """Every place text enters: a KB's name, a document's fields and metadata, a search, a label filter."""
+    document = {"text": "Lunch is served at noon.", "source_id": "menu"}
+    documents = f"/v1/knowledge-bases/{kb_id}/documents"
+    return {
+        "kb name": ("POST", "/v1/knowledge-bases", {"json": {"name": "nul\x00kb"}}),
+        "source_id": ("POST", documents, {"json": {**document, "source_id": "menu\x00"}}),
+        "title": ("POST", documents, {"json": {**document, "title": "Menu\x00"}}),
+        "label": ("POST", documents, {"json": {**document, "labels": ["pub\x00lic"]}}),
+        "metadata string": ("POST", documents, {"json": {**document, "metadata": {"team": "ops\x00"}}}),
+        "metadata key": ("POST", documents, {"json": {**document, "metadata": {"te\x00am": "ops"}}}),
+        "batch item": ("POST", f"{documents}/batch", {"json": {"documents": [{**document, "title": "\x00"}]}}),
+        "multipart title": ("POST", documents, {"files": {"file": ("menu.txt", b"Lunch")}, "data": {"title": "a\x00"}}),
+        "multipart labels": (
+            "POST",
+            documents,
+            {"files": {"file": ("menu.txt", b"Lunch")}, "data": {"labels": "a\x00"}},
+        ),
+        "query": ("POST", "/v1/search", {"json": {"query": "lunch\x00", "knowledge_base_ids": [kb_id]}}),
+        "context query": ("POST", "/v1/context", {"json": {"query": "\x00lunch", "knowledge_base_ids": [kb_id]}}),
+        "label filter": ("GET", documents, {"params": {"label": "pub\x00lic"}}),
+        "path id": ("GET", f"{documents}/{uuid.uuid4().hex}%00", {}),
+    }
+
+
+def test_nul_characters_are_refused_with_422_and_nothing_is_stored(ragkb: RunningRagkb, kb_id: str) -> None:
+    answers = {}
+    for name, (method, path, arguments) in _nul_requests(kb_id).items():
+        response = ragkb.client.request(method, path, **arguments)
+        answers[name] = (response.status_code, _problem(response)["detail"])
+    assert {name: answer for name, answer in answers.items() if answer[0] != 422} == {}
+    assert "NUL" in answers["kb name"][1] and "NUL" in answers["query"][1]
+    assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents").json() == []
+    assert all("nul" not in kb["name"] for kb in ragkb.client.get("/v1/knowledge-bases").json())
+    grep = {"name": "grep_files", "arguments": {"pattern": "lunch\x00", "knowledge_base_ids": [kb_id]}}
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": grep}
+    refused = ragkb.client.post("/mcp", json=rpc)
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == -32600
+
+
 def _problem(response: httpx.Response) -> dict[str, Any]:
     assert response.headers["content-type"].startswith(PROBLEM), response.text
     body: dict[str, Any] = response.json()

@@ -41,7 +41,7 @@ from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_http import PROBLEM_HANDLERS, PUBLIC, JsonBodyRequest, access, health_router
+from ragkb_http import PROBLEM_HANDLERS, PUBLIC, JsonBodyRequest, access, health_router, refuse_nul_in_url
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
 from ragkb_store.queue import make_celery
@@ -156,6 +156,8 @@ def create_app(settings: ApiSettings) -> Litestar:
         exception_handlers=PROBLEM_HANDLERS,
         # JSON bodies: 415 when declared as another type, 422 when malformed or nested past the decoder.
         request_class=JsonBodyRequest,
+        # A NUL in a path or query parameter: 422 before any handler (request text never holds one).
+        before_request=refuse_nul_in_url,
         openapi_config=OpenAPIConfig(
             title="ragkb",
             version="1.0.0",

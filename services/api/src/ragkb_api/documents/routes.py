@@ -25,7 +25,7 @@ from ragkb_api.fields import MAX_LABEL_CHARS
 from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_core.contracts import DocType
 from ragkb_core.errors import InvalidInput, RagkbError, UnsupportedMediaType
-from ragkb_http import access, decode_json
+from ragkb_http import access, decode_json, refuse_nul
 
 StatusFilter = Literal["pending", "processing", "done", "failed"]
 UPLOAD_DESCRIPTION = """Add a document, or a new version of one (same `source_id`).
@@ -155,6 +155,7 @@ async def _read_multipart(request: Request[Any, Any, Any]) -> tuple[DocumentFiel
     if not isinstance(file, UploadFile):
         raise InvalidInput("multipart upload needs a `file` part")
     raw: dict[str, Any] = {key: form.get(key) for key in ("source_id", "title", "doc_type") if form.get(key)}
+    refuse_nul([raw, form.get("labels"), file.filename])
     raw["labels"] = _parse_labels(form.get("labels"))
     raw["metadata"] = _parse_json_object(form.get("metadata"), "metadata")
     fields = _validate(DocumentFields, raw)

@@ -24,7 +24,7 @@ from ragkb_api.evaluations.schemas import (
 from ragkb_api.evaluations.service import EvaluationService
 from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_core.errors import InvalidInput, UnsupportedMediaType
-from ragkb_http import access, decode_json
+from ragkb_http import access, decode_json, refuse_nul
 
 CREATE_DESCRIPTION = """Save queries with relevance judgements for this KB.
 
@@ -137,7 +137,7 @@ async def _create(request: Request[Any, Any, Any], kb_id: str, service: Question
 
 
 def _form_name(value: Any) -> str:
-    name = str(value or "").strip()
+    name = refuse_nul(str(value or "").strip())
     if not name or len(name) > 200:
         raise InvalidInput("a BEIR upload needs a `name` of 1 to 200 characters")
     return name

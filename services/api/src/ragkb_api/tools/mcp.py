@@ -29,7 +29,7 @@ from ragkb_api.tools.schemas import (
 )
 from ragkb_api.tools.service import ToolService
 from ragkb_core.errors import InvalidInput, RagkbError
-from ragkb_http import decode_json
+from ragkb_http import NulInText, decode_json
 
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")
 SERVER_INFO = {"name": "ragkb", "version": "1.0.0"}
@@ -105,6 +105,8 @@ class McpServer:
         """The answer to one POSTed JSON-RPC message; a batch or a body that is not JSON is refused."""
         try:
             message = decode_json(body)
+        except NulInText as exc:
+            return McpAnswer(_error(None, INVALID_REQUEST, exc.detail), HTTP_400_BAD_REQUEST)
         except InvalidInput:
             return McpAnswer(_error(None, PARSE_ERROR, "the body is not JSON"), HTTP_400_BAD_REQUEST)
         if isinstance(message, list):
