@@ -14,6 +14,9 @@ from ragkb_api.app import create_app
 from ragkb_api.rate_limit import RateLimitSettings
 from ragkb_api.settings import ApiSettings
 from ragkb_core.settings import AuthSettings, BlobSettings, DatabaseSettings, RedisSettings
+from ragkb_store.db.engine import build_engine, build_session_factory
+from tests.integration.test_question_sets import KB_ID
+from tests.integration.test_question_sets import _add_kb as add_kb
 from tests.support.redis_db import private_redis_db
 
 pytestmark = [
@@ -93,3 +96,35 @@ def test_dify_answers_a_spent_key_in_difys_error_shape(client: TestClient[object
     assert [answer.status_code for answer in answers] == [404, 404, 429]
     assert answers[2].json()["error_code"] == 3001 and set(answers[2].json()) == {"error_code", "error_msg"}
     assert 1 <= int(answers[2].headers["retry-after"]) <= 60
+
+
+@pytest.fixture
+def five_token_client(tmp_path: Path) -> Iterator[TestClient[object]]:
+    with private_redis_db() as redis_db:
+        settings = ApiSettings(
+            database=DatabaseSettings(url=f"sqlite:///{tmp_path / 'ragkb.db'}"),
+            blobs=BlobSettings(root=tmp_path / "blobs"),
+            redis=RedisSettings(url=f"redis://127.0.0.1:6379/{redis_db.connection_pool.connection_kwargs['db']}"),
+            auth=AuthSettings.model_validate({"bootstrap_admin_key": ADMIN_KEY}),
+            rate_limit=RateLimitSettings(requests_per_minute=1, burst=5),
+        )
+        with TestClient(app=create_app(settings)) as test_client:
+            add_kb(build_session_factory(build_engine(settings.database)), KB_ID)
+            yield test_client
+
+
+def test_an_evaluation_spends_a_token_per_search_and_is_refused_before_searching(
+    five_token_client: TestClient[object],
+) -> None:
+    client, auth = five_token_client, {"Authorization": f"Bearer {ADMIN_KEY}"}
+    queries = [{"id": f"q{n}", "text": f"question {n}"} for n in range(4)]
+    question_set = {"name": "four", "queries": queries, "qrels": {q["id"]: {"doc": 1} for q in queries}}
+    created = client.post(f"/v1/knowledge-bases/{KB_ID}/question-sets", json=question_set, headers=auth)
+    assert created.status_code == 201, created.text  # 4 tokens left
+    evaluation = {"question_set_id": created.json()["id"]}
+    refused = client.post(f"/v1/knowledge-bases/{KB_ID}/evaluations", json=evaluation, headers=auth)
+    # The request itself took one (3 left); its 4 searches need 4: refused, none run, none spent.
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert int(refused.headers["retry-after"]) == 60
+    assert [client.get("/v1/knowledge-bases", headers=auth).status_code for _ in range(4)] == [200, 200, 200, 429]

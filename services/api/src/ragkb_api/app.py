@@ -97,7 +97,8 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         # The same limiter as the guard's: a key's rate limit counts its Dify calls too.
         dify=DifyService(sessions, api_keys, limiter, search),
         question_sets=question_sets,
-        evaluations=EvaluationService(question_sets, search),
+        # Evaluations spend one token of the caller's rate limit per search they run.
+        evaluations=EvaluationService(question_sets, search, limiter),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
         kb_deletion=KbDeletionService(sessions, queue),
         document_sources=DocumentSourceService(sessions, blobs, retriever),

@@ -35,7 +35,8 @@ qrels judge are kept. Malformed files are refused with 422 naming the file and l
 EVALUATE_DESCRIPTION = """Run a question set through search under `mode` and `settings` and score it: nDCG@10,
 Recall@100 (and Recall@depth), MRR@10, means and per query; with `compare`, the same under other settings,
 with the difference per metric and the per-query wins, losses and ties. Synchronous: about 25 ms per query
-and run."""
+and run. Each search counts against the key's rate limit: the evaluation spends one token per query and run
+before it starts, and is refused with 429 (Retry-After) while the key lacks them."""
 
 
 class QuestionSetController(Controller):
