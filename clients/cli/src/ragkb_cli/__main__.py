@@ -19,11 +19,13 @@ from ragkb_cli.api import ApiClient, ApiError, Json
 from ragkb_cli.evaluate import BeirFolder, evaluation_body, metric_lines, upload_corpus
 from ragkb_cli.files import ledger_path
 from ragkb_cli.output import (
+    consistency_lines,
     deletion_line,
     excluded_lines,
     failure_lines,
     kb_table,
     plan_lines,
+    repair_lines,
     search_lines,
     summary_line,
 )
@@ -94,6 +96,18 @@ def kb_delete(api: ApiClient, args: argparse.Namespace) -> int:
     job = api.wait_job(str(job["id"]), args.timeout)
     print(deletion_line(kb, job))
     return EXIT_OK if job["status"] == "succeeded" else EXIT_FAILURES
+
+
+def kb_check(api: ApiClient, args: argparse.Namespace) -> int:
+    """Exit 0 when the KB is consistent (after a repair: when the repair left it so), 1 when not."""
+    kb = api.resolve_kb(args.kb)
+    if args.repair:
+        repair = api.repair_kb(str(kb["id"]))
+        _print_lines([json.dumps(repair, ensure_ascii=False, indent=2)] if args.json else repair_lines(kb, repair))
+        return EXIT_OK if repair["after"]["consistent"] else EXIT_FAILURES
+    report = api.check_kb(str(kb["id"]))
+    _print_lines([json.dumps(report, ensure_ascii=False, indent=2)] if args.json else consistency_lines(kb, report))
+    return EXIT_OK if report["consistent"] else EXIT_FAILURES
 
 
 def search(api: ApiClient, args: argparse.Namespace) -> int:
@@ -217,6 +231,13 @@ def _add_kb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--timeout", type=float, default=3600.0, help="seconds to wait for the deletion to finish (default 3600)"
     )
     deleting.set_defaults(command=kb_delete)
+    checking = actions.add_parser(
+        "check", help="check that a KB's index holds what its documents say", parents=[_connection(True)]
+    )
+    checking.add_argument("kb", metavar="KB", help="KB name or id")
+    checking.add_argument("--repair", action="store_true", help="re-queue missing documents, delete orphan points")
+    checking.add_argument("--json", action="store_true", help="print the raw JSON")
+    checking.set_defaults(command=kb_check)
 
 
 def _add_sync(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -152,6 +152,14 @@ class ApiClient:
         """Start deleting a KB (or resume an unfinished deletion); answers the `kb_delete` job."""
         return self._json(lambda: self._http.delete(f"/v1/knowledge-bases/{kb_id}"))
 
+    def check_kb(self, kb_id: str) -> Json:
+        """The KB's consistency report: does its index hold what its documents say."""
+        return self._json(lambda: self._http.get(f"/v1/knowledge-bases/{kb_id}/consistency"))
+
+    def repair_kb(self, kb_id: str) -> Json:
+        """Re-queue what the index lacks, delete orphan points; answers before, actions and after."""
+        return self._json(lambda: self._http.post(f"/v1/knowledge-bases/{kb_id}/consistency/repair"))
+
     def search(self, query: str, kb_ids: list[str], mode: str | None = None, top_k: int | None = None) -> Json:
         body: Json = {"query": query, "knowledge_base_ids": kb_ids}
         if mode:

@@ -29,6 +29,7 @@ from ragkb_api.jobs.routes import JobController, KnowledgeBaseJobController
 from ragkb_api.jobs.service import JobService
 from ragkb_api.keys.routes import ApiKeyController
 from ragkb_api.keys.service import ApiKeyService
+from ragkb_api.knowledge_bases.consistency import ConsistencyService
 from ragkb_api.knowledge_bases.deletion import KbDeletionService
 from ragkb_api.knowledge_bases.routes import KnowledgeBaseController
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
@@ -67,6 +68,7 @@ class ApiServices:
     evaluations: EvaluationService
     reindex: ReindexService
     kb_deletion: KbDeletionService
+    consistency: ConsistencyService
     document_sources: DocumentSourceService
 
 
@@ -100,6 +102,7 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         evaluations=EvaluationService(question_sets, search),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
         kb_deletion=KbDeletionService(sessions, queue),
+        consistency=ConsistencyService(sessions, retriever, queue),
         document_sources=DocumentSourceService(sessions, blobs, retriever),
     )
 
@@ -142,6 +145,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "job_service": Provide(lambda: services.jobs, sync_to_thread=False),
             "reindex_service": Provide(lambda: services.reindex, sync_to_thread=False),
             "kb_deletion_service": Provide(lambda: services.kb_deletion, sync_to_thread=False),
+            "consistency_service": Provide(lambda: services.consistency, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
             "key_service": Provide(lambda: services.api_keys, sync_to_thread=False),
             "tool_service": Provide(lambda: services.tools, sync_to_thread=False),

@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_core.errors import Conflict, Forbidden, NotFound
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+from ragkb_store.consistency import DocumentState
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, Job, KnowledgeBase, utcnow
 from ragkb_store.knowledge_bases import load_writable_kb
@@ -193,6 +194,41 @@ class DocumentLedger:
             session.delete(document)
         return blobs
 
+    # -- the consistency check ---------------------------------------------------------------------------
+
+    def consistency_states(self, kb_id: str) -> list[DocumentState]:
+        """What the database says of each of the KB's documents, for comparing with the index."""
+        with self._sessions() as session:
+            rows = session.execute(
+                select(
+                    Document.id,
+                    Document.status,
+                    Document.version,
+                    Document.indexed_version,
+                    Document.chunk_count,
+                    Document.lease_until,
+                ).where(Document.kb_id == kb_id)
+            )
+            return [DocumentState(*row) for row in rows]
+
+    def requeue_for_repair(self, kb_id: str, document_ids: Iterable[str]) -> list[str]:
+        """Send documents the index lacks back to pending, to be built again from their stored original (the
+        worker rewrites their version and deletes every other one); returns those to enqueue. A document held
+        by a live worker is left to it; one already pending is only enqueued again (a duplicate message is
+        skipped by the claim)."""
+        now = utcnow()
+        requeued: list[str] = []
+        with transaction(self._sessions) as session:
+            load_writable_kb(session, kb_id)
+            for document_id in document_ids:
+                document = session.get(Document, document_id)
+                if document is None or document.kb_id != kb_id or _held_by_live_worker(document, now):
+                    continue
+                if document.status != DocumentStatus.PENDING:
+                    send_back_to_pending(session, document)
+                requeued.append(document_id)
+        return requeued
+
     # -- the worker's transitions ----------------------------------------------------------------------
 
     def claim(self, document_id: str) -> Claim | None:
@@ -337,6 +373,13 @@ class DocumentLedger:
                 used.update(session.scalars(select(Document.blob_sha256).where(Document.blob_sha256.in_(batch))))
                 used.update(session.scalars(select(Document.text_sha256).where(Document.text_sha256.in_(batch))))
         return shas - used
+
+
+def _held_by_live_worker(document: Document, now: datetime) -> bool:
+    lease = document.lease_until
+    if document.status != DocumentStatus.PROCESSING or lease is None:
+        return False
+    return (lease if lease.tzinfo is not None else lease.replace(tzinfo=now.tzinfo)) >= now
 
 
 def send_back_to_pending(session: Session, document: Document) -> None:
