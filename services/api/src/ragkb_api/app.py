@@ -29,6 +29,8 @@ from ragkb_api.jobs.routes import JobController, KnowledgeBaseJobController
 from ragkb_api.jobs.service import JobService
 from ragkb_api.keys.routes import ApiKeyController
 from ragkb_api.keys.service import ApiKeyService
+from ragkb_api.knowledge_bases.backup import BackupService
+from ragkb_api.knowledge_bases.backup_routes import backup_router
 from ragkb_api.knowledge_bases.consistency import ConsistencyService
 from ragkb_api.knowledge_bases.deletion import KbDeletionService
 from ragkb_api.knowledge_bases.routes import KnowledgeBaseController
@@ -69,6 +71,7 @@ class ApiServices:
     reindex: ReindexService
     kb_deletion: KbDeletionService
     consistency: ConsistencyService
+    backups: BackupService
     document_sources: DocumentSourceService
 
 
@@ -85,11 +88,12 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     tools = ToolService(sessions, blobs, retriever, search)
     documents = DocumentService(sessions, blobs, queue, retriever, settings.limits)
     question_sets = QuestionSetService(sessions, settings.limits)
+    knowledge_bases = KnowledgeBaseService(sessions, retriever)
     return ApiServices(
         engine=engine,
         queue=queue,
         retriever=retriever,
-        knowledge_bases=KnowledgeBaseService(sessions, retriever),
+        knowledge_bases=knowledge_bases,
         documents=documents,
         jobs=JobService(sessions, documents, queue, settings.jobs),
         search=search,
@@ -103,6 +107,9 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
         kb_deletion=KbDeletionService(sessions, queue),
         consistency=ConsistencyService(sessions, retriever, queue),
+        backups=BackupService(
+            sessions, blobs, retriever, queue, knowledge_bases, max_restore_bytes=settings.limits.max_restore_bytes
+        ),
         document_sources=DocumentSourceService(sessions, blobs, retriever),
     )
 
@@ -122,6 +129,7 @@ def create_app(settings: ApiSettings) -> Litestar:
         route_handlers=[
             health_router(checks),
             KnowledgeBaseController,
+            backup_router(settings.limits.max_restore_bytes),
             DocumentController,
             KnowledgeBaseJobController,
             JobController,
@@ -146,6 +154,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "reindex_service": Provide(lambda: services.reindex, sync_to_thread=False),
             "kb_deletion_service": Provide(lambda: services.kb_deletion, sync_to_thread=False),
             "consistency_service": Provide(lambda: services.consistency, sync_to_thread=False),
+            "backup_service": Provide(lambda: services.backups, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
             "key_service": Provide(lambda: services.api_keys, sync_to_thread=False),
             "tool_service": Provide(lambda: services.tools, sync_to_thread=False),

@@ -72,6 +72,28 @@ class NewVersion:
 
 
 @dataclass(frozen=True)
+class RestoredDocument:
+    """A document as a backup holds it, to be recorded in another KB: `indexed` when its version's points were
+    restored with it (done), else it is built again from its original (pending), or stays failed with `error`."""
+
+    id: str
+    source_id: str
+    title: str
+    filename: str | None
+    media_type: str
+    size_bytes: int
+    blob_sha256: str
+    text_sha256: str | None
+    labels: list[str]
+    metadata: dict[str, Any]
+    doc_type: str
+    version: int
+    chunk_count: int
+    indexed: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class RecordedVersion:
     document: Document
     # The original the document no longer uses, to delete if nothing else does.
@@ -193,6 +215,21 @@ class DocumentLedger:
             blobs = {sha for sha in (document.blob_sha256, document.text_sha256) if sha}
             session.delete(document)
         return blobs
+
+    def restore(self, kb_id: str, documents: Iterable[RestoredDocument]) -> list[str]:
+        """Record a restored KB's documents in one transaction; returns those to enqueue (not indexed, not
+        failed: built again from their restored originals)."""
+        queued: list[str] = []
+        with transaction(self._sessions) as session:
+            load_writable_kb(session, kb_id)
+            for restored in documents:
+                document = _restored_document(kb_id, restored)
+                session.add(document)
+                session.flush()
+                if document.status == DocumentStatus.PENDING:
+                    record_ingest_job(session, document)
+                    queued.append(document.id)
+        return queued
 
     # -- the consistency check ---------------------------------------------------------------------------
 
@@ -373,6 +410,34 @@ class DocumentLedger:
                 used.update(session.scalars(select(Document.blob_sha256).where(Document.blob_sha256.in_(batch))))
                 used.update(session.scalars(select(Document.text_sha256).where(Document.text_sha256.in_(batch))))
         return shas - used
+
+
+def _restored_document(kb_id: str, restored: RestoredDocument) -> Document:
+    if restored.indexed:
+        status, indexed_version, indexed_at = DocumentStatus.DONE, restored.version, utcnow()
+    else:
+        status = DocumentStatus.FAILED if restored.error else DocumentStatus.PENDING
+        indexed_version, indexed_at = None, None
+    return Document(
+        id=restored.id,
+        kb_id=kb_id,
+        source_id=restored.source_id,
+        title=restored.title,
+        filename=restored.filename,
+        media_type=restored.media_type,
+        size_bytes=restored.size_bytes,
+        blob_sha256=restored.blob_sha256,
+        text_sha256=restored.text_sha256 if restored.indexed else None,
+        labels=restored.labels,
+        metadata_=restored.metadata,
+        doc_type=restored.doc_type,
+        status=status,
+        version=restored.version,
+        indexed_version=indexed_version,
+        chunk_count=restored.chunk_count if restored.indexed else 0,
+        error=None if restored.indexed else restored.error,
+        indexed_at=indexed_at,
+    )
 
 
 def _held_by_live_worker(document: Document, now: datetime) -> bool:

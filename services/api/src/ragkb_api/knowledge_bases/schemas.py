@@ -102,3 +102,12 @@ class ConsistencyRepairOut(BaseModel):
     deleted_versions: list[OrphanVersionOut]
     deleted_documents: list[str]
     after: ConsistencyReportOut
+
+
+class RestoreOut(BaseModel):
+    """The KB a restore made; `queued` documents (held without points) are being built again."""
+
+    knowledge_base: KnowledgeBaseOut
+    documents: int
+    points: int
+    queued: int
