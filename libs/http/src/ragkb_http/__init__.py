@@ -2,7 +2,7 @@
 
 from ragkb_http.guards import ACCESS_OPT, PUBLIC, access, declared_access, service_token_guard
 from ragkb_http.health import health_router
-from ragkb_http.problems import PROBLEM_HANDLERS, problem_response
+from ragkb_http.problems import PROBLEM_HANDLERS, dependency_error_handlers, problem_response
 
 __all__ = [
     "ACCESS_OPT",
@@ -10,6 +10,7 @@ __all__ = [
     "PUBLIC",
     "access",
     "declared_access",
+    "dependency_error_handlers",
     "health_router",
     "problem_response",
     "service_token_guard",

@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from celery import Celery
+from kombu.exceptions import OperationalError as BrokerUnavailable
 from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError as DatabaseInterfaceError
+from sqlalchemy.exc import OperationalError as DatabaseUnavailable
+from sqlalchemy.exc import TimeoutError as DatabasePoolTimeout
 
 from ragkb_api.console.routes import ConsoleController
 from ragkb_api.console.sessions import ConsoleSessions
@@ -44,7 +50,7 @@ from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, health_router
+from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, dependency_error_handlers, health_router
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
 from ragkb_store.queue import make_celery
@@ -166,7 +172,18 @@ def create_app(settings: ApiSettings) -> Litestar:
             "console_sessions": Provide(lambda: console_sessions, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
-        exception_handlers=PROBLEM_HANDLERS,
+        # The database, Redis or the broker going away mid-request answers 503 with Retry-After, never 500.
+        exception_handlers={
+            **PROBLEM_HANDLERS,
+            **dependency_error_handlers(
+                DatabaseUnavailable,
+                DatabaseInterfaceError,
+                DatabasePoolTimeout,
+                RedisConnectionError,
+                RedisTimeoutError,
+                BrokerUnavailable,
+            ),
+        },
         openapi_config=OpenAPIConfig(
             title="ragkb",
             version="1.0.0",
