@@ -17,6 +17,7 @@ from ragkb_core.contracts import (
     DocumentWriteResult,
     KbGenerations,
     KbIndexInfo,
+    KbPointCensus,
     SearchQuery,
     SearchResult,
 )
@@ -104,6 +105,15 @@ class RetrieverClient:
         query = _present(document_id=document_id or None, generation=generation)
         data = self._call("GET", f"/kbs/{kb_id}/count", params=query)
         return int(data["count"])
+
+    def point_census(self, kb_id: str) -> KbPointCensus:
+        """The live generation's points counted per document and version."""
+        return KbPointCensus.model_validate(self._call("GET", f"/kbs/{kb_id}/points"))
+
+    def export_document(self, kb_id: str, document_id: str, version: int) -> DocumentPoints:
+        """One document version's points as written, vectors included."""
+        data = self._call("GET", f"/kbs/{kb_id}/documents/{document_id}/points", params={"version": version})
+        return DocumentPoints.model_validate(data)
 
     def search(self, query: SearchQuery) -> SearchResult:
         return SearchResult.model_validate_json(self.search_json(query))

@@ -174,6 +174,11 @@ class AnalyzerSettings(BaseModel):
 
 class LimitSettings(BaseModel):
     max_upload_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    max_restore_bytes: int = Field(
+        default=4 * 1024**3,
+        ge=1,
+        description="Largest backup archive POST /v1/knowledge-bases/restore accepts (larger: 413).",
+    )
     max_batch_documents: int = Field(
         default=100, ge=1, description="Most documents one batch upload (POST .../documents/batch) may carry."
     )

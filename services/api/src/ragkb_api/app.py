@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from celery import Celery
+from kombu.exceptions import OperationalError as BrokerUnavailable
 from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from sqlalchemy import Engine
+from sqlalchemy.exc import InterfaceError as DatabaseInterfaceError
+from sqlalchemy.exc import OperationalError as DatabaseUnavailable
+from sqlalchemy.exc import TimeoutError as DatabasePoolTimeout
 
 from ragkb_api.console.routes import ConsoleController
 from ragkb_api.console.sessions import ConsoleSessions
@@ -29,6 +35,9 @@ from ragkb_api.jobs.routes import JobController, KnowledgeBaseJobController
 from ragkb_api.jobs.service import JobService
 from ragkb_api.keys.routes import ApiKeyController
 from ragkb_api.keys.service import ApiKeyService
+from ragkb_api.knowledge_bases.backup import BackupService
+from ragkb_api.knowledge_bases.backup_routes import backup_router
+from ragkb_api.knowledge_bases.consistency import ConsistencyService
 from ragkb_api.knowledge_bases.deletion import KbDeletionService
 from ragkb_api.knowledge_bases.routes import KnowledgeBaseController
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
@@ -41,7 +50,15 @@ from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_http import PROBLEM_HANDLERS, PUBLIC, JsonBodyRequest, access, health_router, refuse_nul_in_url
+from ragkb_http import (
+    PROBLEM_HANDLERS,
+    PUBLIC,
+    JsonBodyRequest,
+    access,
+    dependency_error_handlers,
+    health_router,
+    refuse_nul_in_url,
+)
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
 from ragkb_store.queue import make_celery
@@ -67,6 +84,8 @@ class ApiServices:
     evaluations: EvaluationService
     reindex: ReindexService
     kb_deletion: KbDeletionService
+    consistency: ConsistencyService
+    backups: BackupService
     document_sources: DocumentSourceService
 
 
@@ -83,11 +102,12 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     tools = ToolService(sessions, blobs, retriever, search)
     documents = DocumentService(sessions, blobs, queue, retriever, settings.limits)
     question_sets = QuestionSetService(sessions, settings.limits)
+    knowledge_bases = KnowledgeBaseService(sessions, retriever)
     return ApiServices(
         engine=engine,
         queue=queue,
         retriever=retriever,
-        knowledge_bases=KnowledgeBaseService(sessions, retriever),
+        knowledge_bases=knowledge_bases,
         documents=documents,
         jobs=JobService(sessions, documents, queue, settings.jobs),
         search=search,
@@ -101,6 +121,10 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         evaluations=EvaluationService(question_sets, search, limiter),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
         kb_deletion=KbDeletionService(sessions, queue),
+        consistency=ConsistencyService(sessions, retriever, queue),
+        backups=BackupService(
+            sessions, blobs, retriever, queue, knowledge_bases, max_restore_bytes=settings.limits.max_restore_bytes
+        ),
         document_sources=DocumentSourceService(sessions, blobs, retriever),
     )
 
@@ -120,6 +144,7 @@ def create_app(settings: ApiSettings) -> Litestar:
         route_handlers=[
             health_router(checks),
             KnowledgeBaseController,
+            backup_router(settings.limits.max_restore_bytes),
             DocumentController,
             KnowledgeBaseJobController,
             JobController,
@@ -143,6 +168,8 @@ def create_app(settings: ApiSettings) -> Litestar:
             "job_service": Provide(lambda: services.jobs, sync_to_thread=False),
             "reindex_service": Provide(lambda: services.reindex, sync_to_thread=False),
             "kb_deletion_service": Provide(lambda: services.kb_deletion, sync_to_thread=False),
+            "consistency_service": Provide(lambda: services.consistency, sync_to_thread=False),
+            "backup_service": Provide(lambda: services.backups, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
             "key_service": Provide(lambda: services.api_keys, sync_to_thread=False),
             "tool_service": Provide(lambda: services.tools, sync_to_thread=False),
@@ -154,7 +181,18 @@ def create_app(settings: ApiSettings) -> Litestar:
             "console_sessions": Provide(lambda: console_sessions, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
-        exception_handlers=PROBLEM_HANDLERS,
+        # The database, Redis or the broker going away mid-request answers 503 with Retry-After, never 500.
+        exception_handlers={
+            **PROBLEM_HANDLERS,
+            **dependency_error_handlers(
+                DatabaseUnavailable,
+                DatabaseInterfaceError,
+                DatabasePoolTimeout,
+                RedisConnectionError,
+                RedisTimeoutError,
+                BrokerUnavailable,
+            ),
+        },
         # JSON bodies: 415 when declared as another type, 422 when malformed or nested past the decoder.
         request_class=JsonBodyRequest,
         # A NUL in a path or query parameter: 422 before any handler (request text never holds one).

@@ -19,6 +19,7 @@ from ragkb_core.contracts import (
     DocumentWriteResult,
     KbGenerations,
     KbIndexInfo,
+    KbPointCensus,
     SearchQuery,
     SearchResult,
 )
@@ -138,6 +139,29 @@ class IndexController(Controller):
         limit: Annotated[int, Parameter(ge=1, le=MAX_CHUNKS_PAGE)] = 50,
     ) -> DocumentChunks:
         return index_service.document_chunks(kb_id, document_id, version, offset, limit)
+
+    @get(
+        "/{kb_id:str}/documents/{document_id:str}/points",
+        sync_to_thread=True,
+        summary="One document version's points in the live generation, vectors included (a backup)",
+    )
+    def export_document(
+        self,
+        kb_id: KbId,
+        document_id: DocumentId,
+        index_service: IndexService,
+        *,
+        version: Annotated[int, Parameter(ge=1)],
+    ) -> DocumentPoints:
+        return index_service.export_document(kb_id, document_id, version)
+
+    @get(
+        "/{kb_id:str}/points",
+        sync_to_thread=True,
+        summary="The live generation's points counted per document and version (the consistency check)",
+    )
+    def point_census(self, kb_id: KbId, index_service: IndexService) -> KbPointCensus:
+        return index_service.point_census(kb_id)
 
     @post("/{kb_id:str}/context", status_code=200, sync_to_thread=True, summary="A passage and its neighbours")
     def surrounding(self, kb_id: KbId, data: ContextQuery, search_service: SearchService) -> ContextResult:

@@ -9,7 +9,17 @@ from ragkb_store.ledger.documents import (
     DocumentScope,
     NewVersion,
     RecordedVersion,
+    RestoredDocument,
     claim_of,
 )
 
-__all__ = ["EVERY_DOCUMENT", "Claim", "DocumentLedger", "DocumentScope", "NewVersion", "RecordedVersion", "claim_of"]
+__all__ = [
+    "EVERY_DOCUMENT",
+    "Claim",
+    "DocumentLedger",
+    "DocumentScope",
+    "NewVersion",
+    "RecordedVersion",
+    "RestoredDocument",
+    "claim_of",
+]

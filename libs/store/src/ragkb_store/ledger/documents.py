@@ -22,6 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_core.errors import Conflict, Forbidden, NotFound
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
+from ragkb_store.consistency import DocumentState
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, Job, KnowledgeBase, utcnow
 from ragkb_store.knowledge_bases import load_writable_kb
@@ -68,6 +69,28 @@ class NewVersion:
     labels: list[str]
     metadata: dict[str, Any]
     doc_type: str
+
+
+@dataclass(frozen=True)
+class RestoredDocument:
+    """A document as a backup holds it, to be recorded in another KB: `indexed` when its version's points were
+    restored with it (done), else it is built again from its original (pending), or stays failed with `error`."""
+
+    id: str
+    source_id: str
+    title: str
+    filename: str | None
+    media_type: str
+    size_bytes: int
+    blob_sha256: str
+    text_sha256: str | None
+    labels: list[str]
+    metadata: dict[str, Any]
+    doc_type: str
+    version: int
+    chunk_count: int
+    indexed: bool
+    error: str | None = None
 
 
 @dataclass(frozen=True)
@@ -192,6 +215,56 @@ class DocumentLedger:
             blobs = {sha for sha in (document.blob_sha256, document.text_sha256) if sha}
             session.delete(document)
         return blobs
+
+    def restore(self, kb_id: str, documents: Iterable[RestoredDocument]) -> list[str]:
+        """Record a restored KB's documents in one transaction; returns those to enqueue (not indexed, not
+        failed: built again from their restored originals)."""
+        queued: list[str] = []
+        with transaction(self._sessions) as session:
+            load_writable_kb(session, kb_id)
+            for restored in documents:
+                document = _restored_document(kb_id, restored)
+                session.add(document)
+                session.flush()
+                if document.status == DocumentStatus.PENDING:
+                    record_ingest_job(session, document)
+                    queued.append(document.id)
+        return queued
+
+    # -- the consistency check ---------------------------------------------------------------------------
+
+    def consistency_states(self, kb_id: str) -> list[DocumentState]:
+        """What the database says of each of the KB's documents, for comparing with the index."""
+        with self._sessions() as session:
+            rows = session.execute(
+                select(
+                    Document.id,
+                    Document.status,
+                    Document.version,
+                    Document.indexed_version,
+                    Document.chunk_count,
+                    Document.lease_until,
+                ).where(Document.kb_id == kb_id)
+            )
+            return [DocumentState(*row) for row in rows]
+
+    def requeue_for_repair(self, kb_id: str, document_ids: Iterable[str]) -> list[str]:
+        """Send documents the index lacks back to pending, to be built again from their stored original (the
+        worker rewrites their version and deletes every other one); returns those to enqueue. A document held
+        by a live worker is left to it; one already pending is only enqueued again (a duplicate message is
+        skipped by the claim)."""
+        now = utcnow()
+        requeued: list[str] = []
+        with transaction(self._sessions) as session:
+            load_writable_kb(session, kb_id)
+            for document_id in document_ids:
+                document = session.get(Document, document_id)
+                if document is None or document.kb_id != kb_id or _held_by_live_worker(document, now):
+                    continue
+                if document.status != DocumentStatus.PENDING:
+                    send_back_to_pending(session, document)
+                requeued.append(document_id)
+        return requeued
 
     # -- the worker's transitions ----------------------------------------------------------------------
 
@@ -337,6 +410,41 @@ class DocumentLedger:
                 used.update(session.scalars(select(Document.blob_sha256).where(Document.blob_sha256.in_(batch))))
                 used.update(session.scalars(select(Document.text_sha256).where(Document.text_sha256.in_(batch))))
         return shas - used
+
+
+def _restored_document(kb_id: str, restored: RestoredDocument) -> Document:
+    if restored.indexed:
+        status, indexed_version, indexed_at = DocumentStatus.DONE, restored.version, utcnow()
+    else:
+        status = DocumentStatus.FAILED if restored.error else DocumentStatus.PENDING
+        indexed_version, indexed_at = None, None
+    return Document(
+        id=restored.id,
+        kb_id=kb_id,
+        source_id=restored.source_id,
+        title=restored.title,
+        filename=restored.filename,
+        media_type=restored.media_type,
+        size_bytes=restored.size_bytes,
+        blob_sha256=restored.blob_sha256,
+        text_sha256=restored.text_sha256 if restored.indexed else None,
+        labels=restored.labels,
+        metadata_=restored.metadata,
+        doc_type=restored.doc_type,
+        status=status,
+        version=restored.version,
+        indexed_version=indexed_version,
+        chunk_count=restored.chunk_count if restored.indexed else 0,
+        error=None if restored.indexed else restored.error,
+        indexed_at=indexed_at,
+    )
+
+
+def _held_by_live_worker(document: Document, now: datetime) -> bool:
+    lease = document.lease_until
+    if document.status != DocumentStatus.PROCESSING or lease is None:
+        return False
+    return (lease if lease.tzinfo is not None else lease.replace(tzinfo=now.tzinfo)) >= now
 
 
 def send_back_to_pending(session: Session, document: Document) -> None:

@@ -61,6 +61,15 @@ class LegResults:
 
 
 @dataclass(frozen=True)
+class PointPage:
+    """One page of a scroll through a KB's points: `points` carry their vectors only when asked for (else
+    empty ones); `next_offset` is where the next page starts, None after the last."""
+
+    points: list[IndexPoint]
+    next_offset: str | None
+
+
+@dataclass(frozen=True)
 class GenerationInfo:
     """A KB's collection generations: `live` is the one its alias points at; `all` sorted, `live` among them."""
 
@@ -147,6 +156,20 @@ class VectorIndex(Protocol):
 
     def scroll(self, kb_id: str, spec: FilterSpec, limit: int, *, generation: int | None = None) -> list[IndexHit]:
         """Up to `limit` points matching `spec`, with their payloads (score 0), in no particular order."""
+        ...
+
+    def scroll_page(
+        self,
+        kb_id: str,
+        spec: FilterSpec,
+        limit: int,
+        offset: str | None = None,
+        *,
+        with_vectors: bool = False,
+        generation: int | None = None,
+    ) -> PointPage:
+        """A page of the points matching `spec` in id order, from `offset` (a point id) on: the way through
+        every point of a KB (a consistency census, a backup)."""
         ...
 
     def search(  # noqa: PLR0917 -- the port's signature, positional as specified
