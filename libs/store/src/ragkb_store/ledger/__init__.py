@@ -7,9 +7,21 @@ from ragkb_store.ledger.documents import (
     Claim,
     DocumentLedger,
     DocumentScope,
+    LaneCounts,
     NewVersion,
+    QueuePlace,
     RecordedVersion,
     claim_of,
 )
 
-__all__ = ["EVERY_DOCUMENT", "Claim", "DocumentLedger", "DocumentScope", "NewVersion", "RecordedVersion", "claim_of"]
+__all__ = [
+    "EVERY_DOCUMENT",
+    "Claim",
+    "DocumentLedger",
+    "DocumentScope",
+    "LaneCounts",
+    "NewVersion",
+    "QueuePlace",
+    "RecordedVersion",
+    "claim_of",
+]
