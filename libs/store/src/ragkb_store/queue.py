@@ -31,7 +31,7 @@ TASK_NAMES = (INGEST_DOCUMENT, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB)
 # Kombu keeps one Redis list per priority step (0 is taken first): `ingest-bulk`, `ingest-bulk\x06\x163`, ...
 PRIORITY_STEPS = (0, 3, 6, 9)
 PRIORITY_KEY_SEPARATOR = "\x06\x16"
-# A bulk message's priority goes down one (of 0-9) for every this many documents of its KB already waiting.
+# A bulk message's priority goes down one step for every this many documents of its KB already waiting.
 BACKLOG_PER_PRIORITY = 50
 
 
@@ -70,8 +70,9 @@ def make_celery(settings: RedisSettings) -> Celery:
 
 
 def bulk_priority(backlog: int) -> int:
-    """The priority of a bulk message whose KB has `backlog` documents waiting in the bulk lane (0 is first)."""
-    return min(backlog // BACKLOG_PER_PRIORITY, max(PRIORITY_STEPS))
+    """The priority of a bulk message whose KB has `backlog` documents waiting in the bulk lane (0 is first):
+    a KB's first 50 at 0, the next 50 at 3, then 6, and the rest of a large import at 9."""
+    return PRIORITY_STEPS[min(backlog // BACKLOG_PER_PRIORITY, len(PRIORITY_STEPS) - 1)]
 
 
 def broker_lists(lane: Lane) -> list[str]:
