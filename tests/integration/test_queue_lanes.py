@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import KnowledgeBase
 from ragkb_store.ledger import DocumentLedger, LaneCounts, NewVersion
+from ragkb_store.ledger.jobs import add_items, start_job
 from ragkb_store.queue import (
     BULK_QUEUE,
     INGEST_DOCUMENT,
@@ -30,7 +31,7 @@ from ragkb_store.queue import (
     broker_lists,
     make_celery,
 )
-from ragkb_store.states import Lane
+from ragkb_store.states import ItemAction, JobKind, Lane
 from ragkb_worker.settings import TaskSettings
 from ragkb_worker.sweeper import Sweeper
 from tests.support.in_process import migrated_sessions
@@ -141,6 +142,21 @@ def test_a_small_bulk_job_goes_ahead_of_a_large_ones_tail(lanes: Lanes) -> None:
     # The large KB's first 50 share priority 0 with the small KB's 5; its other 70 come after all of them.
     assert max(taken.index(document_id) for document_id in small_ids) < 55
     assert taken[55:] == [document_id for document_id in taken if document_id in large_ids[50:]]
+
+
+def test_the_uploads_a_sync_waits_for_are_bulk_work(lanes: Lanes) -> None:
+    kb_id = lanes.add_kb()
+    with transaction(lanes.sessions) as session:
+        job_id = start_job(session, JobKind.SYNC, kb_id)
+        add_items(session, job_id, kb_id, ItemAction.UPLOAD, ["folder/a.md"])
+    # Both sent as single uploads are; the one the sync's plan asked for goes to the bulk lane.
+    synced = lanes.ledger.record_version(replace(new_version(kb_id, Lane.INTERACTIVE), source_id="folder/a.md"))
+    other = lanes.ledger.record_version(new_version(kb_id, Lane.INTERACTIVE))
+    assert (synced.document.lane, other.document.lane) == (Lane.BULK, Lane.INTERACTIVE)
+    assert lanes.ledger.queue_counts(kb_id) == {
+        Lane.INTERACTIVE: LaneCounts(pending=1),
+        Lane.BULK: LaneCounts(pending=1),
+    }
 
 
 def test_without_fair_queueing_every_document_waits_in_one_queue_in_order(lanes: Lanes) -> None:
