@@ -18,7 +18,7 @@ from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, Job, KnowledgeBase
 from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger, DocumentScope, NewVersion
 from ragkb_store.ledger.jobs import requeue_failed_documents, start_job
-from ragkb_store.states import DocumentStatus, JobKind, JobStatus
+from ragkb_store.states import DocumentStatus, JobKind, JobStatus, Lane
 from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration
@@ -216,10 +216,11 @@ def test_retry_failed_requeues_only_what_the_key_may_touch(ledger: DocumentLedge
         ledger.fail(claim, "broken")
     with transaction(ledger._sessions) as session:
         job_id = start_job(session, JobKind.RETRY, kb_id)
-        requeued = requeue_failed_documents(session, job_id, kb_id, PUBLIC_ONLY)
+        requeued, lane = requeue_failed_documents(session, job_id, kb_id, PUBLIC_ONLY, interactive_max_documents=10)
     with ledger._sessions() as session:
         statuses = {d.source_id: d.status for d in session.scalars(select(Document).where(Document.kb_id == kb_id))}
     assert len(requeued) == 1
+    assert lane == Lane.INTERACTIVE  # one document: not bulk work
     assert statuses == {"p.md": DocumentStatus.PENDING, "q.md": DocumentStatus.FAILED}
 
 

@@ -225,6 +225,17 @@ class JobSettings(BaseModel):
         description="How long a sync job waits for the uploads its plan asked for (and for their processing) "
         "before it fails the items still open: a job never stays running for ever.",
     )
+    interactive_max_documents: int = Field(
+        default=10,
+        ge=0,
+        description="A batch upload (or a retry of a KB's failed documents) of at most this many documents is "
+        "interactive: queued ahead of bulk work (larger batches, a sync's uploads, re-indexes).",
+    )
+    fair_queueing: bool = Field(
+        default=True,
+        description="Interactive uploads before bulk work, and a KB with a small backlog before one with a large "
+        "one. False: every document in one queue in arrival order (for comparison: bench/fair_queueing.py).",
+    )
 
 
 class HttpServerSettings(BaseModel):

@@ -61,7 +61,8 @@ from ragkb_http import (
 )
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
-from ragkb_store.queue import make_celery
+from ragkb_store.ledger import DocumentLedger
+from ragkb_store.queue import IngestQueue, make_celery
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
@@ -100,7 +101,8 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     search = SearchService(sessions, retriever, settings.limits)
     api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None)
     tools = ToolService(sessions, blobs, retriever, search)
-    documents = DocumentService(sessions, blobs, queue, retriever, settings.limits)
+    ingest_queue = IngestQueue(queue, DocumentLedger(sessions), settings.jobs.fair_queueing)
+    documents = DocumentService(sessions, blobs, ingest_queue, retriever, limits=settings.limits, jobs=settings.jobs)
     question_sets = QuestionSetService(sessions, settings.limits)
     knowledge_bases = KnowledgeBaseService(sessions, retriever)
     return ApiServices(
@@ -109,7 +111,7 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         retriever=retriever,
         knowledge_bases=knowledge_bases,
         documents=documents,
-        jobs=JobService(sessions, documents, queue, settings.jobs),
+        jobs=JobService(sessions, documents, ingest_queue, settings.jobs),
         search=search,
         api_keys=api_keys,
         tools=tools,

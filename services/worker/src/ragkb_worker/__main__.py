@@ -11,7 +11,7 @@ from typing import Any
 
 from celery.signals import worker_shutting_down
 
-from ragkb_store.queue import INGEST_QUEUE
+from ragkb_store.queue import WORKER_QUEUES
 from ragkb_worker.app import build_sweeper, create_worker_app, start_health
 from ragkb_worker.settings import WorkerSettings
 
@@ -31,7 +31,8 @@ def main() -> None:
             [
                 "worker",
                 "--loglevel=INFO",
-                f"--queues={INGEST_QUEUE}",
+                # Interactive first (ragkb_store.queue): the order matters.
+                f"--queues={','.join(WORKER_QUEUES)}",
                 f"--concurrency={settings.tasks.concurrency}",
                 # Prefork (not solo) so that hard time limits can kill a stuck task.
                 "--pool=prefork",

@@ -12,7 +12,7 @@ from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers
 from ragkb_store.ledger import DocumentLedger
-from ragkb_store.queue import enqueue_finish_reindex, make_celery
+from ragkb_store.queue import IngestQueue, enqueue_finish_reindex, make_celery
 from ragkb_worker.health import start_health_server
 from ragkb_worker.runtime import build_runtime
 from ragkb_worker.settings import WorkerSettings
@@ -35,7 +35,7 @@ def build_sweeper(settings: WorkerSettings, app: Celery) -> Sweeper:
     return Sweeper(
         ledger=ledger,
         blobs=BlobStore(settings.blobs.root),
-        queue=app,
+        queue=IngestQueue(app, ledger, settings.jobs.fair_queueing),
         redis=redis,
         settings=settings.tasks,
         upload_wait_s=settings.jobs.upload_wait_s,

@@ -11,11 +11,11 @@ label, and a key with a search filter touches only documents inside it."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, or_, select, update
+from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,10 +24,18 @@ from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_store.consistency import DocumentState
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, Job, KnowledgeBase, utcnow
-from ragkb_store.knowledge_bases import load_writable_kb
+from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, utcnow
+from ragkb_store.knowledge_bases import load_kb, load_writable_kb
 from ragkb_store.progress import refresh_overdue_jobs, settle_items_of_document
-from ragkb_store.states import ACTIVE_JOB_STATUSES, DocumentStatus, JobKind, JobStatus
+from ragkb_store.states import (
+    ACTIVE_JOB_STATUSES,
+    DocumentStatus,
+    ItemAction,
+    JobItemStatus,
+    JobKind,
+    JobStatus,
+    Lane,
+)
 
 # A version recorded while another upload of the same document moved its version on is recorded again on
 # top of that one; more than this many collisions in a row means something is wrong.
@@ -69,6 +77,22 @@ class NewVersion:
     labels: list[str]
     metadata: dict[str, Any]
     doc_type: str
+    # The queue its ingestion waits in; a version a sync's job waits for goes to the bulk lane whatever this says.
+    lane: Lane = Lane.INTERACTIVE
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    kb_id: str
+    lane: Lane
+
+
+@dataclass(frozen=True)
+class LaneCounts:
+    """A KB's documents waiting (`pending`) and being built (`processing`) in one lane."""
+
+    pending: int = 0
+    processing: int = 0
 
 
 @dataclass(frozen=True)
@@ -204,7 +228,7 @@ class DocumentLedger:
             document = _visible_document(session, kb_id, document_id, scope)
             if document.status != DocumentStatus.FAILED:
                 raise Conflict(f"only a failed document can be retried; this one is {document.status}")
-            send_back_to_pending(session, document)
+            send_back_to_pending(session, document, Lane.INTERACTIVE)
             return document
 
     def delete(self, kb_id: str, document_id: str) -> set[str]:
@@ -262,7 +286,7 @@ class DocumentLedger:
                 if document is None or document.kb_id != kb_id or _held_by_live_worker(document, now):
                     continue
                 if document.status != DocumentStatus.PENDING:
-                    send_back_to_pending(session, document)
+                    send_back_to_pending(session, document, Lane.BULK)
                 requeued.append(document_id)
         return requeued
 
@@ -388,6 +412,43 @@ class DocumentLedger:
             )
             return list(session.scalars(query.limit(_BATCH)))
 
+    def queue_places(self, document_ids: list[str]) -> dict[str, QueuePlace]:
+        """The KB and lane of each of the documents (those that still exist): where to queue it again."""
+        places: dict[str, QueuePlace] = {}
+        with self._sessions() as session:
+            for start in range(0, len(document_ids), _BATCH):
+                batch = document_ids[start : start + _BATCH]
+                query = select(Document.id, Document.kb_id, Document.lane).where(Document.id.in_(batch))
+                places.update((row_id, QueuePlace(kb_id, Lane(lane))) for row_id, kb_id, lane in session.execute(query))
+        return places
+
+    def bulk_backlog(self, kb_id: str) -> int:
+        """How many of the KB's documents wait in the bulk lane: the priority of its next bulk message."""
+        with self._sessions() as session:
+            query = select(func.count()).where(
+                Document.kb_id == kb_id, Document.status == DocumentStatus.PENDING, Document.lane == Lane.BULK
+            )
+            return session.scalar(query) or 0
+
+    def queue_counts(self, kb_id: str) -> dict[Lane, LaneCounts]:
+        """The KB's documents pending and processing, per lane."""
+        waiting = (DocumentStatus.PENDING, DocumentStatus.PROCESSING)
+        with self._sessions() as session:
+            load_kb(session, kb_id)
+            query = (
+                select(Document.lane, Document.status, func.count())
+                .where(Document.kb_id == kb_id, Document.status.in_(waiting))
+                .group_by(Document.lane, Document.status)
+            )
+            found = {(Lane(lane), status): count for lane, status, count in session.execute(query)}
+        return {
+            lane: LaneCounts(
+                pending=found.get((lane, DocumentStatus.PENDING), 0),
+                processing=found.get((lane, DocumentStatus.PROCESSING), 0),
+            )
+            for lane in Lane
+        }
+
     def text_sha256_of(self, document_id: str) -> str | None:
         with self._sessions() as session:
             return session.scalar(select(Document.text_sha256).where(Document.id == document_id))
@@ -447,10 +508,11 @@ def _held_by_live_worker(document: Document, now: datetime) -> bool:
     return (lease if lease.tzinfo is not None else lease.replace(tzinfo=now.tzinfo)) >= now
 
 
-def send_back_to_pending(session: Session, document: Document) -> None:
-    """The one way a stored version goes back to the queue (a retry): pending, no error, no lease, attempts
-    counted afresh, and the run recorded as an ingest job."""
+def send_back_to_pending(session: Session, document: Document, lane: Lane) -> None:
+    """The one way a stored version goes back to the queue (a retry): pending in `lane`, no error, no lease,
+    attempts counted afresh, and the run recorded as an ingest job."""
     document.status = DocumentStatus.PENDING
+    document.lane = lane
     document.error = None
     document.attempts = 0
     document.lease_until = None
@@ -474,6 +536,9 @@ def _record_version(session: Session, new: NewVersion, scope: DocumentScope) -> 
     # Again, in the transaction that records the version: a deletion accepted since any earlier check must not
     # get a new document.
     load_writable_kb(session, new.kb_id)
+    # Asked before the document is read: between that read and the write, other uploads of it may move it on.
+    if _awaited_by_sync(session, new.kb_id, new.source_id):
+        new = replace(new, lane=Lane.BULK)
     existing = _document_by_source(session, new.kb_id, new.source_id)
     _check_new_version(session, existing, new, scope)
     if existing is not None and _is_unchanged(existing, new):
@@ -549,7 +614,24 @@ def _version_fields(new: NewVersion, title: str) -> dict[str, Any]:
         "labels": new.labels,
         "metadata_": new.metadata,
         "doc_type": new.doc_type,
+        "lane": new.lane,
     }
+
+
+def _awaited_by_sync(session: Session, kb_id: str, source_id: str) -> bool:
+    """A sync's job waits for this upload: it is one of a folder's files, bulk work."""
+    query = (
+        select(JobItem.id)
+        .join(Job, Job.id == JobItem.job_id)
+        .where(
+            JobItem.kb_id == kb_id,
+            JobItem.source_id == source_id,
+            JobItem.status == JobItemStatus.PENDING,
+            JobItem.action == ItemAction.UPLOAD,
+            Job.kind == JobKind.SYNC,
+        )
+    )
+    return session.scalar(query.limit(1)) is not None
 
 
 def _document_by_source(session: Session, kb_id: str, source_id: str) -> Document | None:
