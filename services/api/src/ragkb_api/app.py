@@ -37,6 +37,11 @@ from ragkb_api.rate_limit import RateLimiter, build_rate_limiter
 from ragkb_api.search.routes import SearchController
 from ragkb_api.search.service import SearchService
 from ragkb_api.settings import ApiSettings
+from ragkb_api.sources.credentials import CredentialVault
+from ragkb_api.sources.routes import SourceController
+from ragkb_api.sources.runner import SourceRunner
+from ragkb_api.sources.scheduler import SourceScheduler
+from ragkb_api.sources.service import SourceService
 from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
@@ -44,6 +49,7 @@ from ragkb_core.retriever_client import RetrieverClient
 from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, health_router
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
+from ragkb_store.ledger.sources import SourceLedger
 from ragkb_store.queue import make_celery
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
@@ -68,6 +74,9 @@ class ApiServices:
     reindex: ReindexService
     kb_deletion: KbDeletionService
     document_sources: DocumentSourceService
+    sources: SourceService
+    source_runner: SourceRunner
+    source_scheduler: SourceScheduler
 
 
 def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
@@ -83,13 +92,25 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     tools = ToolService(sessions, blobs, retriever, search)
     documents = DocumentService(sessions, blobs, queue, retriever, settings.limits)
     question_sets = QuestionSetService(sessions, settings.limits)
+    jobs = JobService(sessions, documents, queue, settings.jobs)
+    source_ledger = SourceLedger(sessions, settings.sources.lease_s)
+    vault = CredentialVault(settings.sources.credentials_key)
+    runner = SourceRunner(
+        sessions,
+        source_ledger,
+        jobs,
+        documents,
+        vault=vault,
+        settings=settings.sources,
+        max_bytes=settings.limits.max_upload_bytes,
+    )
     return ApiServices(
         engine=engine,
         queue=queue,
         retriever=retriever,
         knowledge_bases=KnowledgeBaseService(sessions, retriever),
         documents=documents,
-        jobs=JobService(sessions, documents, queue, settings.jobs),
+        jobs=jobs,
         search=search,
         api_keys=api_keys,
         tools=tools,
@@ -101,6 +122,9 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
         kb_deletion=KbDeletionService(sessions, queue),
         document_sources=DocumentSourceService(sessions, blobs, retriever),
+        sources=SourceService(sessions, vault, runner, settings.sources),
+        source_runner=runner,
+        source_scheduler=SourceScheduler(source_ledger, runner, settings.sources.scheduler_tick_s),
     )
 
 
@@ -132,6 +156,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             QuestionSetController,
             EvaluationController,
             DocumentSourceController,
+            SourceController,
             ConsoleController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
@@ -150,6 +175,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "question_set_service": Provide(lambda: services.question_sets, sync_to_thread=False),
             "evaluation_service": Provide(lambda: services.evaluations, sync_to_thread=False),
             "document_source_service": Provide(lambda: services.document_sources, sync_to_thread=False),
+            "source_service": Provide(lambda: services.sources, sync_to_thread=False),
             "console_sessions": Provide(lambda: console_sessions, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
@@ -163,6 +189,14 @@ def create_app(settings: ApiSettings) -> Litestar:
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
         ),
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
-        on_shutdown=[services.retriever.close, services.engine.dispose, redis.close, limiter.close],
+        on_startup=[services.source_scheduler.start] if settings.sources.scheduler else [],
+        on_shutdown=[
+            services.source_scheduler.stop,
+            services.source_runner.stop,
+            services.retriever.close,
+            services.engine.dispose,
+            redis.close,
+            limiter.close,
+        ],
         logging_config=None,
     )
