@@ -276,6 +276,7 @@ class SourceSettings(BaseModel):
     )
     scheduler: bool = Field(default=True, description="Whether this api process runs the sources' schedules.")
     scheduler_tick_s: float = Field(default=15.0, gt=0, description="How often the scheduler looks for due sources.")
+    min_interval_s: int = Field(default=60, ge=1, description="The shortest `interval_s` a source may have.")
     lease_s: float = Field(
         default=900.0,
         gt=0,

@@ -10,7 +10,6 @@ from ragkb_api.fields import UtcDateTime
 
 # A source's name prefixes its documents' source_ids (`name:key`): short, and free of the separator.
 SourceName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")]
-MIN_INTERVAL_S = 60
 DEFAULT_CONTENT_TYPES = ["text/html", "text/plain", "text/markdown", "application/pdf"]
 
 
@@ -72,7 +71,8 @@ class Schedule(BaseModel):
     """When a source runs by itself: every `interval_s` seconds, or at the times of a `cron` expression (UTC);
     neither: only when asked (POST .../run)."""
 
-    interval_s: int | None = Field(default=None, ge=MIN_INTERVAL_S)
+    # At least RAGKB_SOURCES__MIN_INTERVAL_S (checked by the service: the bound is a setting).
+    interval_s: int | None = Field(default=None, ge=1)
     cron: str | None = Field(default=None, min_length=9, max_length=200)
 
     @model_validator(mode="after")

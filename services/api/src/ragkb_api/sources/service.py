@@ -12,7 +12,7 @@ from ragkb_api.sources.credentials import CredentialVault
 from ragkb_api.sources.runner import SourceRunner
 from ragkb_api.sources.schedule import check_cron
 from ragkb_api.sources.schemas import SourceCreate, SourceOut
-from ragkb_core.errors import Conflict, NotFound
+from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.ids import new_id
 from ragkb_core.settings import SourceSettings
 from ragkb_store.db.engine import transaction
@@ -35,6 +35,10 @@ class SourceService:
         check_config(data.config, self._settings)
         if data.cron is not None:
             check_cron(data.cron)
+        if data.interval_s is not None and data.interval_s < self._settings.min_interval_s:
+            raise InvalidInput(
+                f"interval_s is at least {self._settings.min_interval_s} (RAGKB_SOURCES__MIN_INTERVAL_S)"
+            )
         sealed = self._vault.seal(data.credentials.plain()) if data.credentials else None
         scheduled = data.interval_s is not None or data.cron is not None
         source = Source(
