@@ -1,20 +1,24 @@
 """Each connector against a real source: a folder on disk, a web site on a local http.server, a Git repository
-served over HTTP (and read from a local path). What the run plans from these items is in tests/e2e/test_sources.py."""
+served over HTTP (and read from a local path), a bucket of moto's S3-compatible server process. What a run plans
+from these items is in tests/e2e/test_sources.py."""
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import boto3
 import pytest
 
-from ragkb_api.sources.base import SourceItem, SourceUnreadable
+from ragkb_api.sources.base import SourceItem, SourceUnreadable, sha256_hex
 from ragkb_api.sources.folder import FolderConnector
 from ragkb_api.sources.git import GitConnector, checked_repository
+from ragkb_api.sources.s3 import Bucket, KnownObject, S3Connector
 from ragkb_api.sources.web import CrawlLimits, WebConnector
 from ragkb_core.errors import InvalidInput
+from tests.support.s3_server import s3_server
 from tests.support.sites import commit_files, make_repository, publish_bare, serve_folder, serve_git
 
 MAX_BYTES = 1024 * 1024
@@ -25,7 +29,7 @@ def always() -> bool:
     return True
 
 
-def listed(connector: FolderConnector | WebConnector | GitConnector) -> dict[str, SourceItem]:
+def listed(connector: FolderConnector | WebConnector | GitConnector | S3Connector) -> dict[str, SourceItem]:
     """The items by key, each read while the listing lasts (a Git checkout is gone after it)."""
     with connector.listing(always) as items:
         return {item.key: item if item.problem else replace(item, read=constant(item.read())) for item in items}
@@ -183,3 +187,47 @@ def test_git_local_path_must_be_under_the_roots_and_other_transports_are_refused
             checked_repository(url, [tmp_path / "elsewhere"])
     with pytest.raises(SourceUnreadable, match="git clone failed"):
         listed(GitConnector(str(work), "no-such-branch", [], {}, (100, MAX_BYTES, 30)))
+
+
+# -- S3 -----------------------------------------------------------------------------------------------------
+
+S3_KEYS = {"username": "testing-key", "password": "testing-secret"}
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    with s3_server() as url:
+        yield url
+
+
+def test_s3_lists_the_prefix_and_downloads_only_objects_whose_etag_changed(s3_endpoint: str) -> None:
+    client = boto3.client(
+        "s3",
+        endpoint_url=s3_endpoint,
+        region_name="us-east-1",
+        aws_access_key_id=S3_KEYS["username"],
+        aws_secret_access_key=S3_KEYS["password"],
+    )
+    client.create_bucket(Bucket="manuals")
+    for key, body in {"team/a.md": b"# A", "team/b.md": b"# B", "team/sub/": b"", "other/c.md": b"# C"}.items():
+        client.put_object(Bucket="manuals", Key=key, Body=body)
+    bucket = Bucket("manuals", "team/", s3_endpoint, "us-east-1")
+    first = listed(S3Connector(bucket, S3_KEYS, {}, (100, MAX_BYTES, 10)))
+    assert sorted(first) == ["team/a.md", "team/b.md"]  # the prefix only, no folder markers
+    assert first["team/a.md"].read() == b"# A"
+    assert first["team/a.md"].sha256 == sha256_hex(b"# A")
+
+    client.put_object(Bucket="manuals", Key="team/b.md", Body=b"# B changed")
+    # What the last run stored: a's ETag with a sha256 the connector cannot compute (so reusing it proves it did
+    # not download a), and b's old ETag.
+    known = {key: KnownObject(item.etag or "", f"stored-{key}") for key, item in first.items()}
+    second = listed(S3Connector(bucket, S3_KEYS, known, (100, MAX_BYTES, 10)))
+    assert second["team/a.md"].sha256 == "stored-team/a.md"
+    assert second["team/b.md"].sha256 == sha256_hex(b"# B changed")
+    assert second["team/a.md"].read() == b"# A"  # read when the plan asks for it (a retry)
+
+
+def test_s3_with_wrong_keys_or_no_bucket_is_unreadable(s3_endpoint: str) -> None:
+    bucket = Bucket("no-such-bucket", "", s3_endpoint, "us-east-1")
+    with pytest.raises(SourceUnreadable, match="no-such-bucket"):
+        listed(S3Connector(bucket, S3_KEYS, {}, (100, MAX_BYTES, 10)))

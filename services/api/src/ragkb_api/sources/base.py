@@ -47,6 +47,8 @@ class SourceItem:
     title: str | None = None
     url: str | None = None
     modified_at: datetime | None = None
+    # The source's own version tag (an S3 ETag), kept in the document's metadata for the next run.
+    etag: str | None = None
     problem: str | None = None
 
 

@@ -12,6 +12,7 @@ import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller
@@ -21,11 +22,12 @@ from ragkb_api.jobs.service import JobService, SourceRun
 from ragkb_api.sources.base import RunStopped, SourceItem
 from ragkb_api.sources.connectors import CONFIG, build_connector
 from ragkb_api.sources.credentials import CredentialVault
+from ragkb_api.sources.s3 import KnownObject
 from ragkb_api.sources.schedule import next_run
 from ragkb_core.errors import RagkbError
 from ragkb_core.settings import SourceSettings
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Source, utcnow
+from ragkb_store.db.models import Document, Source, utcnow
 from ragkb_store.ledger.jobs import settle_item
 from ragkb_store.ledger.sources import RunOutcome, SourceLedger, fail_queued_job
 from ragkb_store.states import ItemAction, SourceRunStatus
@@ -85,8 +87,12 @@ class SourceRunner:
         try:
             self._run(source, job_id)
             outcome = RunOutcome(SourceRunStatus.SUCCEEDED, None, next_run(*schedule, utcnow()))
-        except RunStopped:
-            return  # another owner has the source now, or the api is stopping: nothing more is written
+        except RunStopped as stopped:
+            # Another owner has the source now, or the api is stopping: the job says so, the source is not
+            # touched (its lease is the new owner's, or passes).
+            with transaction(self._sessions) as session:
+                fail_queued_job(session, job_id, f"stopped: {stopped}")
+            return
         except Exception as exc:
             message = exc.detail if isinstance(exc, RagkbError) else f"{type(exc).__name__}: {exc}"
             if not isinstance(exc, RagkbError):
@@ -100,12 +106,14 @@ class SourceRunner:
         caller = Caller(key_id=f"source:{source.id}", role="admin")
         config = CONFIG.validate_python(source.config)
         credentials = self._vault.open(source.credentials)
-        connector = build_connector(config, credentials, self._settings, self._max_bytes)
+        prefix = document_prefix(source.name)
+        known = self._known_items(source.kb_id, prefix)
+        connector = build_connector(config, credentials, self._settings, self._max_bytes, known)
         keep_alive = self._keep_alive(source.id)
         with connector.listing(keep_alive) as items:
             by_key = {item.key: item for item in items}
             run = SourceRun(
-                prefix=document_prefix(source.name),
+                prefix=prefix,
                 checksums={key: item.sha256 for key, item in by_key.items() if item.problem is None},
                 problems=[(key, item.problem) for key, item in by_key.items() if item.problem is not None],
                 check_extensions=connector.checks_extensions,
@@ -120,7 +128,11 @@ class SourceRunner:
 
     def _upload(self, source: Source, job_id: str, item: SourceItem, caller: Caller) -> None:
         source_id = document_prefix(source.name) + item.key
-        metadata = {"source": source.name, **({"url": item.url} if item.url else {})}
+        metadata = {
+            "source": source.name,
+            **({"url": item.url} if item.url else {}),
+            **({"etag": item.etag} if item.etag else {}),
+        }
         fields = DocumentFields(source_id=source_id, title=item.title, metadata=metadata)
         try:
             self._documents.accept(source.kb_id, fields, Upload(item.read(), item.filename, item.media_type), caller)
@@ -128,6 +140,18 @@ class SourceRunner:
             message = exc.detail if isinstance(exc, RagkbError) else str(exc)
             with transaction(self._sessions) as session:
                 settle_item(session, job_id, source_id, ItemAction.UPLOAD, f"could not upload: {message}")
+
+    def _known_items(self, kb_id: str, prefix: str) -> dict[str, KnownObject]:
+        """The ETag and content sha256 of each of the source's documents that has an ETag, by item key."""
+        query = select(Document.source_id, Document.metadata_, Document.blob_sha256).where(
+            Document.kb_id == kb_id, Document.source_id.startswith(prefix, autoescape=True)
+        )
+        with self._sessions() as session:
+            return {
+                source_id.removeprefix(prefix): KnownObject(str(metadata["etag"]), sha256)
+                for source_id, metadata, sha256 in session.execute(query)
+                if isinstance(metadata, dict) and metadata.get("etag")
+            }
 
     def _keep_alive(self, source_id: str) -> KeepAliveCheck:
         return KeepAliveCheck(self._ledger, source_id, self.owner, self._stopping)

@@ -41,12 +41,23 @@ class GitConfig(BaseModel):
     paths: list[str] = Field(default_factory=list, max_length=50)
 
 
-SourceConfig = Annotated[FolderConfig | WebConfig | GitConfig, Field(discriminator="kind")]
+class S3Config(BaseModel):
+    kind: Literal["s3"]
+    bucket: str = Field(pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+    prefix: str = Field(default="", max_length=1024)
+    # An S3-compatible server (MinIO, Ceph...); unset: AWS S3.
+    endpoint_url: str | None = Field(default=None, pattern=r"^https?://", max_length=2048)
+    region: str = Field(default="us-east-1", pattern=r"^[a-z0-9-]{1,50}$")
+
+
+AnyConfig = FolderConfig | WebConfig | GitConfig | S3Config
+SourceConfig = Annotated[AnyConfig, Field(discriminator="kind")]
 
 
 class SourceCredentials(BaseModel):
     """Sent as an Authorization header to a web site or a Git server over HTTP: a bearer `token`, or a
-    `username` and `password`. Stored encrypted, never shown again."""
+    `username` and `password`; for a bucket, `username` is the access key id and `password` the secret access
+    key. Stored encrypted, never shown again."""
 
     token: SecretStr | None = None
     username: str | None = Field(default=None, max_length=200)
@@ -93,7 +104,7 @@ class SourceOut(BaseModel):
     knowledge_base_id: str
     name: str
     kind: str
-    config: FolderConfig | WebConfig | GitConfig
+    config: AnyConfig
     # Whether credentials are stored; they themselves are never shown.
     has_credentials: bool
     interval_s: int | None
