@@ -1,6 +1,7 @@
 """Sources a KB reads itself, end to end on the session's stack: a web site on a local http.server, a Git
-repository served by `git http-backend`, a folder under the allowed roots. The first run fills the KB; a later
-run (asked for, or fired by the schedule) re-ingests only the changed item and removes the deleted one."""
+repository served by `git http-backend`, a folder under the allowed roots, a bucket of moto's S3 server. The first
+run fills the KB; a later run (asked for, or fired by the schedule) re-ingests only the changed item and removes
+the deleted one."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import boto3
 import pytest
 
 from tests.e2e.conftest import RunningRagkb, source_roots
+from tests.support.s3_server import s3_server
 from tests.support.sites import commit_files, make_repository, publish_bare, serve_folder, serve_git
 
 TOKEN = "git-t0ken-that-must-never-be-shown"
@@ -200,3 +203,41 @@ def test_invalid_sources_are_refused_with_problem_details(ragkb: RunningRagkb, b
     assert response.status_code in (400, 422), response.text
     assert response.headers["content-type"].startswith("application/problem+json")
     assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/sources").json() == []
+
+
+def test_s3_source_fills_the_kb_and_skips_unchanged_objects_by_etag(ragkb: RunningRagkb) -> None:
+    keys = {"username": "e2e-access-key", "password": "e2e-secret-key"}
+    with s3_server() as endpoint:
+        bucket = boto3.client(
+            "s3",
+            endpoint_url=endpoint,
+            region_name="us-east-1",
+            aws_access_key_id=keys["username"],
+            aws_secret_access_key=keys["password"],
+        )
+        bucket.create_bucket(Bucket="field-notes")
+        notes = {
+            "notes/bees.md": "# Bees\nHoney bees dance to tell the hive where the flowers are.",
+            "notes/ants.md": "# Ants\nAnts follow pheromone trails laid by the scouts.",
+            "notes/moths.md": "# Moths\nMoths navigate by the moon and get confused by lamps.",
+        }
+        for key, text in notes.items():
+            bucket.put_object(Bucket="field-notes", Key=key, Body=text.encode())
+        kb_id = ragkb.create_kb("sources-s3")
+        config = {"kind": "s3", "bucket": "field-notes", "prefix": "notes/", "endpoint_url": endpoint}
+        source = create_source(ragkb, kb_id, {"name": "notes", "config": config, "credentials": keys})
+        assert "e2e-secret-key" not in str(source)
+        first = run_source(ragkb, kb_id, source["id"])
+        assert (first["status"], first["counts"]["uploaded"]) == ("succeeded", 3), first
+        before = documents_by_source_id(ragkb, kb_id)
+        assert before["notes:notes/bees.md"]["metadata"]["etag"]
+
+        bucket.put_object(Bucket="field-notes", Key="notes/ants.md", Body=b"# Ants\nLeafcutter ants farm a fungus.")
+        bucket.delete_object(Bucket="field-notes", Key="notes/moths.md")
+        second = run_source(ragkb, kb_id, source["id"])
+    counts = second["counts"]
+    assert (second["status"], counts["uploaded"], counts["deleted"], counts["unchanged"]) == ("succeeded", 1, 1, 1)
+    after = documents_by_source_id(ragkb, kb_id)
+    assert sorted(after) == ["notes:notes/ants.md", "notes:notes/bees.md"]
+    assert after["notes:notes/bees.md"]["version"] == before["notes:notes/bees.md"]["version"]
+    assert ragkb.search("ants that grow fungus", [kb_id], top_k=1)[0]["source_id"] == "notes:notes/ants.md"

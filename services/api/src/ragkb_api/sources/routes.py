@@ -13,8 +13,9 @@ from ragkb_http import access
 
 CREATE_DESCRIPTION = """A source the KB reads itself: `config.kind` `folder` (a path under
 RAGKB_SOURCES__FOLDER_ROOTS), `web` (a start URL, same origin, robots.txt, sitemap.xml, depth and page limits,
-content types) or `git` (an http(s) URL or a local path under the roots, a branch, path globs). Optional
-`credentials` (a `token`, or `username` and `password`) are stored encrypted and never shown again. With
+content types), `git` (an http(s) URL or a local path under the roots, a branch, path globs) or `s3` (a bucket and
+prefix, an optional S3-compatible endpoint). Optional `credentials` (a `token`, or `username` and `password`; for
+S3 the access key id and secret) are stored encrypted and never shown again. With
 `interval_s` or `cron` (UTC) it runs by itself, the first time at once. Its documents' source_ids are
 `name:key` (the key: a path in the folder or repository, or a page's URL)."""
 RUN_DESCRIPTION = """A run as a job (kind `sync`, 202): the source is listed, then planned against the documents it
@@ -30,7 +31,7 @@ class SourceController(Controller):
         "/",
         status_code=201,
         sync_to_thread=True,
-        summary="Add a source (folder, web site, Git repository) with an optional schedule",
+        summary="Add a source (folder, web site, Git repository, S3 bucket) with an optional schedule",
         description=CREATE_DESCRIPTION,
         opt=access("admin"),
     )
