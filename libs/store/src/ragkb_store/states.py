@@ -48,6 +48,14 @@ class JobKind(StrEnum):
     KB_DELETE = "kb_delete"
 
 
+class SourceRunStatus(StrEnum):
+    """How a source's last run ended (reading the source and handing its changes over; the job tracks their
+    indexing)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
 class JobItemStatus(StrEnum):
     PENDING = "pending"
     DONE = "done"

@@ -46,6 +46,11 @@ from ragkb_api.rate_limit import RateLimiter, build_rate_limiter
 from ragkb_api.search.routes import SearchController
 from ragkb_api.search.service import SearchService
 from ragkb_api.settings import ApiSettings
+from ragkb_api.sources.credentials import CredentialVault
+from ragkb_api.sources.routes import SourceController
+from ragkb_api.sources.runner import SourceRunner
+from ragkb_api.sources.scheduler import SourceScheduler
+from ragkb_api.sources.service import SourceService
 from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
@@ -62,6 +67,7 @@ from ragkb_http import (
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
 from ragkb_store.ledger import DocumentLedger
+from ragkb_store.ledger.sources import SourceLedger
 from ragkb_store.queue import IngestQueue, make_celery
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
@@ -88,6 +94,9 @@ class ApiServices:
     consistency: ConsistencyService
     backups: BackupService
     document_sources: DocumentSourceService
+    sources: SourceService
+    source_runner: SourceRunner
+    source_scheduler: SourceScheduler
 
 
 def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
@@ -105,13 +114,25 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     documents = DocumentService(sessions, blobs, ingest_queue, retriever, limits=settings.limits, jobs=settings.jobs)
     question_sets = QuestionSetService(sessions, settings.limits)
     knowledge_bases = KnowledgeBaseService(sessions, retriever)
+    jobs = JobService(sessions, documents, ingest_queue, settings.jobs)
+    source_ledger = SourceLedger(sessions, settings.sources.lease_s)
+    vault = CredentialVault(settings.sources.credentials_key)
+    runner = SourceRunner(
+        sessions,
+        source_ledger,
+        jobs,
+        documents,
+        vault=vault,
+        settings=settings.sources,
+        max_bytes=settings.limits.max_upload_bytes,
+    )
     return ApiServices(
         engine=engine,
         queue=queue,
         retriever=retriever,
         knowledge_bases=knowledge_bases,
         documents=documents,
-        jobs=JobService(sessions, documents, ingest_queue, settings.jobs),
+        jobs=jobs,
         search=search,
         api_keys=api_keys,
         tools=tools,
@@ -128,6 +149,9 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
             sessions, blobs, retriever, queue, knowledge_bases, max_restore_bytes=settings.limits.max_restore_bytes
         ),
         document_sources=DocumentSourceService(sessions, blobs, retriever),
+        sources=SourceService(sessions, vault, runner, settings.sources),
+        source_runner=runner,
+        source_scheduler=SourceScheduler(source_ledger, runner, settings.sources.scheduler_tick_s),
     )
 
 
@@ -160,6 +184,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             QuestionSetController,
             EvaluationController,
             DocumentSourceController,
+            SourceController,
             ConsoleController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
@@ -180,6 +205,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "question_set_service": Provide(lambda: services.question_sets, sync_to_thread=False),
             "evaluation_service": Provide(lambda: services.evaluations, sync_to_thread=False),
             "document_source_service": Provide(lambda: services.document_sources, sync_to_thread=False),
+            "source_service": Provide(lambda: services.sources, sync_to_thread=False),
             "console_sessions": Provide(lambda: console_sessions, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
@@ -208,6 +234,14 @@ def create_app(settings: ApiSettings) -> Litestar:
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
         ),
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
-        on_shutdown=[services.retriever.close, services.engine.dispose, redis.close, limiter.close],
+        on_startup=[services.source_scheduler.start] if settings.sources.scheduler else [],
+        on_shutdown=[
+            services.source_scheduler.stop,
+            services.source_runner.stop,
+            services.retriever.close,
+            services.engine.dispose,
+            redis.close,
+            limiter.close,
+        ],
         logging_config=None,
     )

@@ -17,6 +17,7 @@ from ragkb_core.settings import (
     LimitSettings,
     RedisSettings,
     RetrieverClientSettings,
+    SourceSettings,
 )
 
 
@@ -37,4 +38,6 @@ class ApiSettings(BaseSettings):
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     # Browser sessions of the admin console (/console): how long they last.
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    # Sources the KBs read themselves (connectors) and their schedules.
+    sources: SourceSettings = Field(default_factory=SourceSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
