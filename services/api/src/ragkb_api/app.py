@@ -9,8 +9,10 @@ from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
+from prometheus_client import CollectorRegistry
 from redis import Redis
 from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.console.routes import ConsoleController
 from ragkb_api.console.sessions import ConsoleSessions
@@ -40,11 +42,17 @@ from ragkb_api.settings import ApiSettings
 from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
+from ragkb_core.health import ReadinessChecks, run_checks
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, health_router
+from ragkb_http.observability import metrics_router, observation_middleware, tracing_plugins
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
-from ragkb_store.queue import make_celery
+from ragkb_store.queue import INGEST_QUEUE, make_celery
+from ragkb_store.state_counts import documents_by_status, jobs_by_kind_and_status, live_points_by_kb
+from ragkb_telemetry.exposition import QueueCollector, ScrapeGauge, scrape_registry
+from ragkb_telemetry.tasks import carry_request_id_in_tasks
+from ragkb_telemetry.tracing import tracing_configured
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
@@ -53,6 +61,7 @@ MULTIPART_OVERHEAD_BYTES = 1024 * 1024
 @dataclass(frozen=True)
 class ApiServices:
     engine: Engine
+    sessions: sessionmaker[Session]
     queue: Celery
     retriever: RetrieverClient
     knowledge_bases: KnowledgeBaseService
@@ -85,6 +94,7 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     question_sets = QuestionSetService(sessions, settings.limits)
     return ApiServices(
         engine=engine,
+        sessions=sessions,
         queue=queue,
         retriever=retriever,
         knowledge_bases=KnowledgeBaseService(sessions, retriever),
@@ -115,9 +125,12 @@ def create_app(settings: ApiSettings) -> Litestar:
         "retriever": services.retriever.ready,
     }
     console_sessions = ConsoleSessions(redis, settings.console)
+    # Tasks this api queues carry the request id that queued them, and their publication time (queue age).
+    carry_request_id_in_tasks()
     return Litestar(
         route_handlers=[
             health_router(checks),
+            metrics_router(scrape_metrics(services, redis, checks), settings.metrics),
             KnowledgeBaseController,
             DocumentController,
             KnowledgeBaseJobController,
@@ -154,6 +167,8 @@ def create_app(settings: ApiSettings) -> Litestar:
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
         exception_handlers=PROBLEM_HANDLERS,
+        middleware=observation_middleware("api"),
+        plugins=tracing_plugins(tracing_configured()),
         openapi_config=OpenAPIConfig(
             title="ragkb",
             version="1.0.0",
@@ -165,4 +180,33 @@ def create_app(settings: ApiSettings) -> Litestar:
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
         on_shutdown=[services.retriever.close, services.engine.dispose, redis.close, limiter.close],
         logging_config=None,
+    )
+
+
+def scrape_metrics(services: ApiServices, redis: Redis, checks: ReadinessChecks) -> CollectorRegistry:
+    """The api's metrics, and what is read at each scrape: its readiness checks, the queue (any api sees it,
+    so its depth and age are known while every worker is down) and the ledger's counts."""
+    return scrape_registry(
+        ScrapeGauge(
+            "ragkb_dependency_ready",
+            "1 when the api's readiness check of a dependency (database, redis, retriever) passes, else 0.",
+            ["dependency"],
+            lambda: {(name,): float(ok) for name, ok in run_checks(checks).items()},
+        ),
+        QueueCollector(redis, [INGEST_QUEUE]),
+        ScrapeGauge(
+            "ragkb_documents", "Documents by status.", ["status"], lambda: documents_by_status(services.sessions)
+        ),
+        ScrapeGauge(
+            "ragkb_jobs",
+            "Jobs by kind and status.",
+            ["kind", "status"],
+            lambda: jobs_by_kind_and_status(services.sessions),
+        ),
+        ScrapeGauge(
+            "ragkb_index_points",
+            "Points (chunks) each KB's live index serves, as the ledger records them.",
+            ["kb_id"],
+            lambda: live_points_by_kb(services.sessions),
+        ),
     )

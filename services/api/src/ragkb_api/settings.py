@@ -15,6 +15,8 @@ from ragkb_core.settings import (
     HttpServerSettings,
     JobSettings,
     LimitSettings,
+    LogSettings,
+    MetricsSettings,
     RedisSettings,
     RetrieverClientSettings,
 )
@@ -38,3 +40,7 @@ class ApiSettings(BaseSettings):
     # Browser sessions of the admin console (/console): how long they last.
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
+    # Log lines: console or JSON (RAGKB_LOG__FORMAT), and their level.
+    log: LogSettings = Field(default_factory=LogSettings)
+    # GET /metrics (RAGKB_METRICS__ENABLED, RAGKB_METRICS__TOKEN).
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
