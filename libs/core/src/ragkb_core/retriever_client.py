@@ -23,6 +23,7 @@ from ragkb_core.contracts import (
 )
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, RagkbError, Unavailable
 from ragkb_core.kb_settings import KbIndexLayout
+from ragkb_core.request_context import REQUEST_ID_HEADER, request_id
 from ragkb_core.settings import RetrieverClientSettings
 
 INTERNAL_PREFIX = "/internal/v1"
@@ -34,7 +35,12 @@ JSON_CONTENT = {"Content-Type": "application/json"}
 class RetrieverClient:
     def __init__(self, settings: RetrieverClientSettings, service_token: SecretStr | None) -> None:
         headers = {SERVICE_TOKEN_HEADER: service_token.get_secret_value()} if service_token else {}
-        self._http = httpx.Client(base_url=settings.url, timeout=settings.timeout_s, headers=headers)
+        self._http = httpx.Client(
+            base_url=settings.url,
+            timeout=settings.timeout_s,
+            headers=headers,
+            event_hooks={"request": [_carry_request_id]},
+        )
 
     def create_kb(self, kb_id: str, layout: KbIndexLayout | None = None) -> KbIndexInfo:
         """Create the KB's index (idempotent); `layout` on a Qdrant cluster, fields left out from the defaults."""
@@ -177,3 +183,10 @@ def _problem_detail(response: httpx.Response) -> str:
         return str(response.json().get("detail", response.text))
     except ValueError:
         return response.text[:200]
+
+
+def _carry_request_id(request: httpx.Request) -> None:
+    """The retriever logs its part of a request under the caller's request id."""
+    current = request_id.get()
+    if current:
+        request.headers[REQUEST_ID_HEADER] = current

@@ -248,6 +248,28 @@ class HttpServerSettings(BaseModel):
     drain_s: int = Field(default=10, ge=0)
 
 
+class LogSettings(BaseModel):
+    # console: one readable line per event (what `make run` shows); json: one JSON object per line, with the
+    # request id, trace id and KB/document ids as fields, for a log pipeline (Loki, Elasticsearch, CloudWatch).
+    format: Literal["console", "json"] = "console"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class MetricsSettings(BaseModel):
+    # GET /metrics (Prometheus text format) on the api and the retriever, and on the worker's health port.
+    enabled: bool = True
+    token: SecretStr | None = Field(
+        default=None,
+        description="If set, a scrape of /metrics must send `Authorization: Bearer <token>` (unset: /metrics is "
+        "public, like /health; it carries counts and timings, never a KB name, a query or a key).",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _empty_means_none(cls, value: SecretStr | None) -> SecretStr | None:
+        return value if value is not None and value.get_secret_value() else None
+
+
 # Secrets an operator chooses (bootstrap admin key, service token) must be at least this long.
 MIN_SECRET_CHARS = 32
 

@@ -10,6 +10,7 @@ from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
+from prometheus_client import CollectorRegistry
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -17,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError as DatabaseInterfaceError
 from sqlalchemy.exc import OperationalError as DatabaseUnavailable
 from sqlalchemy.exc import TimeoutError as DatabasePoolTimeout
+from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.console.routes import ConsoleController
 from ragkb_api.console.sessions import ConsoleSessions
@@ -54,6 +56,7 @@ from ragkb_api.sources.service import SourceService
 from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
+from ragkb_core.health import ReadinessChecks, run_checks
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_http import (
     PROBLEM_HANDLERS,
@@ -64,11 +67,17 @@ from ragkb_http import (
     health_router,
     refuse_nul_in_url,
 )
+from ragkb_http.observability import metrics_router, observation_middleware, tracing_plugins
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.ledger.sources import SourceLedger
-from ragkb_store.queue import IngestQueue, make_celery
+from ragkb_store.queue import QUEUE_OF_LANE, IngestQueue, broker_lists, make_celery
+from ragkb_store.state_counts import documents_by_status, jobs_by_kind_and_status, live_points_by_kb
+from ragkb_store.states import Lane
+from ragkb_telemetry.exposition import QueueCollector, ScrapeGauge, scrape_registry
+from ragkb_telemetry.tasks import carry_request_id_in_tasks
+from ragkb_telemetry.tracing import tracing_configured
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
@@ -77,6 +86,7 @@ MULTIPART_OVERHEAD_BYTES = 1024 * 1024
 @dataclass(frozen=True)
 class ApiServices:
     engine: Engine
+    sessions: sessionmaker[Session]
     queue: Celery
     retriever: RetrieverClient
     knowledge_bases: KnowledgeBaseService
@@ -128,6 +138,7 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     )
     return ApiServices(
         engine=engine,
+        sessions=sessions,
         queue=queue,
         retriever=retriever,
         knowledge_bases=knowledge_bases,
@@ -166,9 +177,12 @@ def create_app(settings: ApiSettings) -> Litestar:
         "retriever": services.retriever.ready,
     }
     console_sessions = ConsoleSessions(redis, settings.console)
+    # Tasks this api queues carry the request id that queued them, and their publication time (queue age).
+    carry_request_id_in_tasks()
     return Litestar(
         route_handlers=[
             health_router(checks),
+            metrics_router(scrape_metrics(services, redis, checks), settings.metrics),
             KnowledgeBaseController,
             backup_router(settings.limits.max_restore_bytes),
             DocumentController,
@@ -225,6 +239,8 @@ def create_app(settings: ApiSettings) -> Litestar:
         request_class=JsonBodyRequest,
         # A NUL in a path or query parameter: 422 before any handler (request text never holds one).
         before_request=refuse_nul_in_url,
+        middleware=observation_middleware("api"),
+        plugins=tracing_plugins(tracing_configured()),
         openapi_config=OpenAPIConfig(
             title="ragkb",
             version="1.0.0",
@@ -244,4 +260,33 @@ def create_app(settings: ApiSettings) -> Litestar:
             limiter.close,
         ],
         logging_config=None,
+    )
+
+
+def scrape_metrics(services: ApiServices, redis: Redis, checks: ReadinessChecks) -> CollectorRegistry:
+    """The api's metrics, and what is read at each scrape: its readiness checks, the queue (any api sees it,
+    so its depth and age are known while every worker is down) and the ledger's counts."""
+    return scrape_registry(
+        ScrapeGauge(
+            "ragkb_dependency_ready",
+            "1 when the api's readiness check of a dependency (database, redis, retriever) passes, else 0.",
+            ["dependency"],
+            lambda: {(name,): float(ok) for name, ok in run_checks(checks).items()},
+        ),
+        QueueCollector(redis, {QUEUE_OF_LANE[lane]: broker_lists(lane) for lane in Lane}),
+        ScrapeGauge(
+            "ragkb_documents", "Documents by status.", ["status"], lambda: documents_by_status(services.sessions)
+        ),
+        ScrapeGauge(
+            "ragkb_jobs",
+            "Jobs by kind and status.",
+            ["kind", "status"],
+            lambda: jobs_by_kind_and_status(services.sessions),
+        ),
+        ScrapeGauge(
+            "ragkb_index_points",
+            "Points (chunks) each KB's live index serves, as the ledger records them.",
+            ["kb_id"],
+            lambda: live_points_by_kb(services.sessions),
+        ),
     )

@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from redis import Redis, RedisError
 
 from ragkb_core.errors import TooManyRequests
+from ragkb_telemetry import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class RateLimiter(Protocol):
 def refused(wait_s: float) -> TooManyRequests:
     """The 429 for a key whose next token comes back in `wait_s` seconds (Retry-After: whole seconds, ≥ 1)."""
     retry_after_s = max(1, math.ceil(wait_s))
+    metrics.rate_limit_refusals.inc()
     return TooManyRequests(
         f"this key made too many requests; try again in {retry_after_s} s", retry_after_s=retry_after_s
     )
