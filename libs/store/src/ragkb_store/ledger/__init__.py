@@ -4,6 +4,7 @@ items, settle them, delete a KB's rows). A test keeps status writes out of every
 
 from ragkb_store.ledger.documents import (
     EVERY_DOCUMENT,
+    ChangedFields,
     Claim,
     DocumentLedger,
     DocumentScope,
@@ -12,4 +13,13 @@ from ragkb_store.ledger.documents import (
     claim_of,
 )
 
-__all__ = ["EVERY_DOCUMENT", "Claim", "DocumentLedger", "DocumentScope", "NewVersion", "RecordedVersion", "claim_of"]
+__all__ = [
+    "EVERY_DOCUMENT",
+    "ChangedFields",
+    "Claim",
+    "DocumentLedger",
+    "DocumentScope",
+    "NewVersion",
+    "RecordedVersion",
+    "claim_of",
+]
