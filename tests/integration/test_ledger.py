@@ -184,7 +184,7 @@ def test_a_filtered_key_touches_only_documents_inside_its_filter(ledger: Documen
     changed = ledger.change_fields(
         kb_id, public.id, {"labels": ["public", "faq"]}, requested_doc_type=None, scope=PUBLIC_ONLY, publish=_no
     )
-    assert changed.labels == ["public", "faq"]
+    assert changed.document.labels == ["public", "faq"] and not changed.requeued
     with ledger._sessions() as session:
         assert session.get_one(Document, private.id).labels == ["private"]  # untouched
 
@@ -241,3 +241,31 @@ def test_blobs_in_use_are_found_in_any_number(ledger: DocumentLedger, kb_id: str
 
 def _no(document: Document, changes: dict[str, object]) -> None:
     """No index to publish to: these documents were never indexed."""
+
+
+def test_a_new_title_queues_an_indexed_document_again_as_its_next_version(
+    ledger: DocumentLedger, kb_id: str, sessions: sessionmaker[Session]
+) -> None:
+    """Issue 21: the title is embedded and keyword-indexed, so a PATCH of it must rebuild the document."""
+    document_id = ledger.record_version(version(kb_id)).document.id
+    pending = ledger.change_fields(
+        kb_id, document_id, {"title": "early"}, requested_doc_type=None, scope=EVERY_DOCUMENT, publish=_no
+    )
+    assert not pending.requeued  # not built yet: its worker reads the title when it embeds
+    claim = ledger.claim(document_id)
+    assert claim is not None and claim.title == "early"
+    assert ledger.finish(claim, 1, {}, {})
+    same = ledger.change_fields(
+        kb_id, document_id, {"title": "early"}, requested_doc_type=None, scope=EVERY_DOCUMENT, publish=_no
+    )
+    assert not same.requeued
+    renamed = ledger.change_fields(
+        kb_id, document_id, {"title": "Renamed"}, requested_doc_type=None, scope=EVERY_DOCUMENT, publish=_no
+    )
+    assert renamed.requeued
+    assert (renamed.document.version, renamed.document.status, renamed.document.indexed_version) == (2, "pending", 1)
+    with sessions() as session:
+        jobs = session.scalars(select(Job).where(Job.document_id == document_id).order_by(Job.created_at)).all()
+        assert [job.status for job in jobs][-1] == "queued"
+    rebuilt = ledger.claim(document_id)
+    assert rebuilt is not None and (rebuilt.version, rebuilt.title) == (2, "Renamed")

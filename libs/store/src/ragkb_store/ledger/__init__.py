@@ -4,6 +4,7 @@ items, settle them, delete a KB's rows). A test keeps status writes out of every
 
 from ragkb_store.ledger.documents import (
     EVERY_DOCUMENT,
+    ChangedFields,
     Claim,
     DocumentLedger,
     DocumentScope,
@@ -17,6 +18,7 @@ from ragkb_store.ledger.documents import (
 
 __all__ = [
     "EVERY_DOCUMENT",
+    "ChangedFields",
     "Claim",
     "DocumentLedger",
     "DocumentScope",

@@ -148,6 +148,14 @@ class Claim:
     embedding_model: str
 
 
+@dataclass(frozen=True)
+class ChangedFields:
+    """A document after a PATCH; `requeued` when its original was queued again (a new title to index)."""
+
+    document: Document
+    requeued: bool
+
+
 class _VersionMoved(Exception):
     """Another upload recorded a version between our read and our write."""
 
@@ -200,26 +208,34 @@ class DocumentLedger:
         requested_doc_type: str | None,
         scope: DocumentScope,
         publish: Callable[[Document, dict[str, Any]], None],
-    ) -> Document:
+    ) -> ChangedFields:
         """Change title, source_id, labels or metadata. `publish` applies the change to the indexed chunks
-        inside the transaction: if the index refuses, the database keeps the old values too."""
+        inside the transaction: if the index refuses, the database keeps the old values too.
+
+        The title is part of what is embedded and keyword-indexed (ragkb_worker.pipeline.embedding_text), so
+        a new title on a document that is indexed or being built also re-queues its original as the next
+        version (`requeued`, for the caller to enqueue): searches then match the new title, not the old. Its
+        points keep answering, with the new title in their payload, until the new version replaces them."""
         with transaction(self._sessions) as session:
             load_writable_kb(session, kb_id)
             document = _visible_document(session, kb_id, document_id, scope)
             _ensure_doc_type_kept(document, requested_doc_type)
             if not changes:
-                return document
+                return ChangedFields(document, requeued=False)
             if "source_id" in changes:
                 _ensure_source_id_free(session, kb_id, changes["source_id"], document_id)
             if "labels" in changes:
                 _ensure_inside_scope(scope, changes["labels"], document.doc_type)
                 _ensure_labels_on_one_side(session, kb_id, document.doc_type, changes["labels"])
+            requeue = _title_changes_indexed_text(document, changes)
             for field, value in changes.items():
                 setattr(document, "metadata_" if field == "metadata" else field, value)
             session.flush()
             if document.indexed_version is not None:
                 publish(document, changes)
-            return document
+            if requeue:
+                document = _next_version_of_same_original(session, document)
+            return ChangedFields(document, requeued=requeue)
 
     def retry(self, kb_id: str, document_id: str, scope: DocumentScope = EVERY_DOCUMENT) -> Document:
         """A failed document back to pending, from its stored original, with its ingest job recorded."""
@@ -602,6 +618,37 @@ def _next_version(session: Session, existing: Document, new: NewVersion) -> Docu
     if not moved:
         raise _VersionMoved
     return session.get_one(Document, existing.id, populate_existing=True)
+
+
+def _title_changes_indexed_text(document: Document, changes: dict[str, Any]) -> bool:
+    """A new title changes what is indexed once the document is built or being built; a pending document's
+    worker reads the title when it embeds, and a failed one is built again (with it) only by a retry."""
+    if "title" not in changes or changes["title"] == document.title:
+        return False
+    return document.status in (DocumentStatus.DONE, DocumentStatus.PROCESSING)
+
+
+def _next_version_of_same_original(session: Session, document: Document) -> Document:
+    """The same original again as the next version, pending, with its ingest job recorded. A new version, not
+    the same one rebuilt: a worker building the old one is superseded (its renewal sees the version move), and
+    the new points replace the old ones by version when it finishes, as an upload's do."""
+    moved = session.execute(
+        update(Document)
+        .where(Document.id == document.id, Document.version == document.version)
+        .values(
+            version=Document.version + 1,
+            status=DocumentStatus.PENDING,
+            error=None,
+            attempts=0,
+            lease_until=None,
+            updated_at=utcnow(),
+        )
+    ).rowcount  # type: ignore[attr-defined]
+    if not moved:
+        raise Conflict("the document changed while its title was being changed; send the change again")
+    document = session.get_one(Document, document.id, populate_existing=True)
+    record_ingest_job(session, document)
+    return document
 
 
 def _version_fields(new: NewVersion, title: str) -> dict[str, Any]:

@@ -156,15 +156,17 @@ class DocumentService:
         changes = patch.changes()
         if not changes and patch.requested_doc_type is None:
             raise InvalidInput("nothing to change: give title, source_id, labels or metadata")
-        document = self._ledger.change_fields(
+        changed = self._ledger.change_fields(
             kb_id,
             document_id,
             changes,
             requested_doc_type=patch.requested_doc_type,
             scope=caller.document_scope,
-            publish=lambda changed, values: self._retriever.set_document_payload(kb_id, changed.id, values),
+            publish=lambda document, values: self._retriever.set_document_payload(kb_id, document.id, values),
         )
-        return document_out(document)
+        if changed.requeued:  # a new title: the original is indexed again with it
+            self._enqueue(document_id)
+        return document_out(changed.document)
 
     def retry(self, kb_id: str, document_id: str, caller: Caller) -> DocumentOut:
         """Queue a failed document again, from its stored original."""
