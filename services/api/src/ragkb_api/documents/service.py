@@ -165,7 +165,7 @@ class DocumentService:
             publish=lambda document, values: self._retriever.set_document_payload(kb_id, document.id, values),
         )
         if changed.requeued:  # a new title: the original is indexed again with it
-            self._enqueue(document_id)
+            self._enqueue(changed.document)
         return document_out(changed.document)
 
     def retry(self, kb_id: str, document_id: str, caller: Caller) -> DocumentOut:
