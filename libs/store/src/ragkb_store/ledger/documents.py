@@ -10,6 +10,8 @@ label, and a key with a search filter touches only documents inside it."""
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -39,7 +41,10 @@ from ragkb_store.states import (
 
 # A version recorded while another upload of the same document moved its version on is recorded again on
 # top of that one; more than this many collisions in a row means something is wrong.
-_RECORD_ATTEMPTS = 5
+_RECORD_ATTEMPTS = 16
+# Between attempts, a random pause of up to this many seconds times the attempt: racers that collided once
+# spread out instead of colliding again in lockstep (under load, five back-to-back attempts were not enough).
+_RECORD_BACKOFF_S = 0.005
 # Rows looked up per query: well under SQLite's bound on parameters.
 _BATCH = 500
 
@@ -186,6 +191,7 @@ class DocumentLedger:
                 # Two first uploads raced to insert, or one moved the version on: record on top of it.
                 if attempt == _RECORD_ATTEMPTS - 1:
                     raise
+                time.sleep(random.uniform(0, _RECORD_BACKOFF_S * (attempt + 1)))
         raise AssertionError("unreachable")
 
     def get(self, kb_id: str, document_id: str, scope: DocumentScope = EVERY_DOCUMENT) -> Document:
