@@ -35,10 +35,16 @@ def test_metadata_changes_reach_the_index_without_reembedding(ragkb: RunningRagk
     done = ragkb.wait_document(kb_id, document["id"])
     path = f"/v1/knowledge-bases/{kb_id}/documents/{document['id']}"
 
-    changed = ragkb.client.patch(path, json={"title": "Visitor policy", "labels": ["security"], "metadata": {"v": 2}})
+    changed = ragkb.client.patch(path, json={"labels": ["security"], "metadata": {"v": 2}})
     assert changed.status_code == 200, changed.text
     assert changed.json()["labels"] == ["security"]
     assert (changed.json()["version"], changed.json()["indexed_at"]) == (done["version"], done["indexed_at"])
+    assert ragkb.search("Where do visitors register?", [kb_id])[0]["labels"] == ["security"]
+
+    # A title is embedded and keyword-indexed: changing it indexes the document again, as a new version.
+    retitled = ragkb.client.patch(path, json={"title": "Visitor policy"})
+    assert retitled.status_code == 200, retitled.text
+    assert ragkb.wait_document(kb_id, document["id"])["version"] == done["version"] + 1
     top = ragkb.search("Where do visitors register?", [kb_id])[0]
     assert (top["title"], top["labels"]) == ("Visitor policy", ["security"])
 
