@@ -15,8 +15,10 @@ import pytest
 import yaml
 from litestar import Litestar
 from litestar.testing import TestClient
+from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
+from ragkb_api.rate_limit import refused
 from ragkb_cli.stack import free_port
 from ragkb_core import request_context
 from ragkb_core.settings import MetricsSettings
@@ -74,6 +76,12 @@ def test_the_ids_are_unbound_after_their_block() -> None:
             assert request_context.current() == {"request_id": "inner", "kb_id": "k"}
         assert request_context.current() == {"request_id": "outer"}
     assert request_context.current() == {}
+
+
+def test_a_rate_limit_refusal_is_counted() -> None:
+    before = REGISTRY.get_sample_value("ragkb_rate_limit_refusals_total") or 0.0
+    assert refused(2.5).status == 429
+    assert REGISTRY.get_sample_value("ragkb_rate_limit_refusals_total") == before + 1
 
 
 def _litestar_with_metrics(settings: MetricsSettings) -> Litestar:

@@ -101,6 +101,7 @@ def child(metric: MetricWrapperBase, *label_values: str) -> Any:
 
 @contextmanager
 def timed_model_load(role: str, model: str) -> Iterator[None]:
+    """Records how long the block (a model's load) took; `model` is a configured name, so the label is bounded."""
     started = time.perf_counter()
     yield
     model_load_duration.labels(role=role, model=model).set(time.perf_counter() - started)
