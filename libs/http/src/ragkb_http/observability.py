@@ -24,6 +24,7 @@ from ragkb_core.settings import MetricsSettings
 from ragkb_http.guards import PUBLIC, access
 from ragkb_telemetry import metrics
 from ragkb_telemetry.exposition import CONTENT_TYPE, render
+from ragkb_telemetry.metrics import child
 
 _log = logging.getLogger("ragkb.http")
 # Probes and scrapes every few seconds: counted, but logged only at DEBUG.
@@ -64,10 +65,12 @@ class RequestObservation:
 
     def _observe(self, scope: HTTPScope, status: int, seconds: float) -> None:
         route = scope.get("path_template") or "unmatched"
-        labels = {"service": self._service, "method": scope["method"], "route": route, "status": str(status)}
-        metrics.http_requests.labels(**labels).inc()
-        metrics.http_request_duration.labels(**labels).observe(seconds)
+        labels = (self._service, scope["method"], route, str(status))
+        child(metrics.http_requests, *labels).inc()
+        child(metrics.http_request_duration, *labels).observe(seconds)
         level = logging.DEBUG if route in QUIET_ROUTES else logging.INFO
+        if not _log.isEnabledFor(level):
+            return
         _log.log(
             level,
             "%s %s %d %.1f ms",

@@ -15,8 +15,8 @@ from ragkb_core import request_context
 from ragkb_core.settings import LogSettings
 
 # Loggers that say too much at INFO: httpx logs every call to the retriever (a second line per search), the
-# access log is replaced by the request lines of ragkb_http.observability.
-QUIET_LOGGERS = ("httpx", "uvicorn.access")
+# access log is replaced by the request lines of ragkb_http.observability, alembic lists its plugins at start.
+QUIET_LOGGERS = ("httpx", "uvicorn.access", "alembic.runtime.plugins")
 
 
 class ContextFilter(logging.Filter):

@@ -9,11 +9,14 @@ process each, keep them in memory."""
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
 # Requests: a search takes milliseconds, an upload or an MCP call may take seconds.
 REQUEST_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -76,20 +79,29 @@ model_load_duration = Gauge(
 )  # fmt: skip
 
 
-def observe_stages(histogram: Histogram, timings_ms: Mapping[str, float], **labels: str) -> None:
+def observe_stages(histogram: Histogram, timings_ms: Mapping[str, float], *other_labels: str) -> None:
     """One observation per stage of a `timings_ms` map (milliseconds, as Server-Timing and the search answer
-    report them)."""
+    report them); `other_labels`: the values of the histogram's labels after `stage`, in order."""
     for stage, ms in timings_ms.items():
-        histogram.labels(stage=stage, **labels).observe(ms / 1000)
+        child(histogram, stage, *other_labels).observe(ms / 1000)
 
 
 def observe_stage_seconds(histogram: Histogram, seconds: Mapping[str, float]) -> None:
     for stage, value in seconds.items():
-        histogram.labels(stage=stage).observe(value)
+        child(histogram, stage).observe(value)
+
+
+@functools.cache
+def child(metric: MetricWrapperBase, *label_values: str) -> Any:
+    """The time series of `metric` for `label_values` (in the order of its labels), kept once found: looking it up
+    anew (`.labels()`) costs several times what an observation does, on every search. Labels are bounded, so
+    is this cache."""
+    return metric.labels(*label_values)
 
 
 @contextmanager
 def timed_model_load(role: str, model: str) -> Iterator[None]:
+    """Records how long the block (a model's load) took; `model` is a configured name, so the label is bounded."""
     started = time.perf_counter()
     yield
     model_load_duration.labels(role=role, model=model).set(time.perf_counter() - started)

@@ -39,7 +39,7 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
     with timed_model_load("embedder", settings.embedding.model):
         embedders.get()
     rerankers = RerankerPool(settings.reranker)
-    with timed_model_load("reranker", "every configured"):
+    with timed_model_load("reranker", settings.reranker.model or "allowed models"):
         rerankers.warm_up()
     index = build_index(settings.qdrant)
 

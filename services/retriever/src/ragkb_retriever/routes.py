@@ -196,7 +196,7 @@ class SearchController(Controller):
         if malformed:
             raise InvalidInput("a knowledge base id is 32 hex characters", knowledge_bases=malformed)
         result = search_service.search(data)
-        observe_stages(metrics.search_stage_duration, result.timings_ms, mode=result.mode)
+        observe_stages(metrics.search_stage_duration, result.timings_ms, result.mode)
         # Encoded by pydantic in one pass (Rust), not dumped to Python objects first and encoded after.
         return Response(result.model_dump_json().encode(), media_type=MediaType.JSON)
 
