@@ -107,7 +107,8 @@ def test_web_source_fills_the_kb_then_syncs_only_what_changed(ragkb: RunningRagk
     shown = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/sources/{source['id']}").json()
     assert (shown["last_status"], shown["last_job_id"], shown["running"]) == ("succeeded", second["id"], False)
     jobs = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/jobs").json()
-    assert {first["id"], second["id"]} <= {job["id"] for job in jobs}
+    runs = {job["id"]: job["source_id"] for job in jobs if job["kind"] == "sync"}
+    assert runs == {first["id"]: source["id"], second["id"]: source["id"]}
 
 
 def test_git_source_on_a_schedule_picks_up_a_changed_and_a_deleted_file(ragkb: RunningRagkb, tmp_path: Path) -> None:
