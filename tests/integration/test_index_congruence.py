@@ -22,6 +22,7 @@ from ragkb_core.errors import NotFound
 from ragkb_core.kb_settings import FusionMethod
 from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
+from ragkb_retriever.index.filters import kb_filter
 from ragkb_retriever.index.port import IndexHit, IndexPoint, LegResults, VectorIndex
 from ragkb_retriever.index.server import ServerIndex
 from ragkb_retriever.indexing import read_document_chunks
@@ -558,6 +559,35 @@ def test_counts_agree_per_kb_document_and_version(both: tuple[EdgeIndex, ServerI
     for kb_id in KBS:
         assert edge.count(kb_id) == server.count(kb_id) == len(_live_points(CORPUS, kb_id))
         assert edge.count(kb_id, version=2) == server.count(kb_id, version=2)
+
+
+def _all_pages(index: VectorIndex, kb_id: str, *, with_vectors: bool) -> list[IndexPoint]:
+    points: list[IndexPoint] = []
+    offset: str | None = None
+    while True:
+        page = index.scroll_page(kb_id, kb_filter(kb_id), 7, offset, with_vectors=with_vectors)
+        points.extend(page.points)
+        if page.next_offset is None:
+            return points
+        offset = page.next_offset
+
+
+def _unit(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(value * value for value in vector))
+    return [value / norm for value in vector]
+
+
+def test_paging_through_a_kb_gives_every_point_once_with_its_vectors(both: tuple[EdgeIndex, ServerIndex]) -> None:
+    written = {point.id: point for point in _live_points(CORPUS, KBS[0])}
+    for index in both:
+        paged = _all_pages(index, KBS[0], with_vectors=True)
+        assert sorted(point.id for point in paged) == sorted(written)  # every point, none twice
+        for point in paged:
+            assert point.payload == written[point.id].payload
+            assert point.sparse.indices == written[point.id].sparse.indices
+            # Cosine collections keep vectors normalised: the same direction is the same search.
+            assert point.dense == pytest.approx(_unit(written[point.id].dense), abs=1e-5)
+        assert all(not point.dense for point in _all_pages(index, KBS[0], with_vectors=False))
 
 
 def test_creating_a_kb_twice_keeps_its_points(both: tuple[EdgeIndex, ServerIndex]) -> None:

@@ -19,11 +19,13 @@ from ragkb_cli.api import ApiClient, ApiError, Json
 from ragkb_cli.evaluate import BeirFolder, evaluation_body, metric_lines, upload_corpus
 from ragkb_cli.files import ledger_path
 from ragkb_cli.output import (
+    consistency_lines,
     deletion_line,
     excluded_lines,
     failure_lines,
     kb_table,
     plan_lines,
+    repair_lines,
     search_lines,
     summary_line,
 )
@@ -94,6 +96,40 @@ def kb_delete(api: ApiClient, args: argparse.Namespace) -> int:
     job = api.wait_job(str(job["id"]), args.timeout)
     print(deletion_line(kb, job))
     return EXIT_OK if job["status"] == "succeeded" else EXIT_FAILURES
+
+
+def kb_check(api: ApiClient, args: argparse.Namespace) -> int:
+    """Exit 0 when the KB is consistent (after a repair: when the repair left it so), 1 when not."""
+    kb = api.resolve_kb(args.kb)
+    if args.repair:
+        repair = api.repair_kb(str(kb["id"]))
+        _print_lines([json.dumps(repair, ensure_ascii=False, indent=2)] if args.json else repair_lines(kb, repair))
+        return EXIT_OK if repair["after"]["consistent"] else EXIT_FAILURES
+    report = api.check_kb(str(kb["id"]))
+    _print_lines([json.dumps(report, ensure_ascii=False, indent=2)] if args.json else consistency_lines(kb, report))
+    return EXIT_OK if report["consistent"] else EXIT_FAILURES
+
+
+def kb_backup(api: ApiClient, args: argparse.Namespace) -> int:
+    kb = api.resolve_kb(args.kb)
+    target = Path(args.output or f"{kb['name']}.ragkb.tar.gz")
+    api.backup_kb(str(kb["id"]), target, args.timeout)
+    print(f"{kb['name']} ({kb['id']}) backed up to {target} ({target.stat().st_size} bytes)")
+    return EXIT_OK
+
+
+def kb_restore(api: ApiClient, args: argparse.Namespace) -> int:
+    archive = Path(args.archive)
+    if not archive.is_file():
+        print(f"error: not a file: {args.archive}", file=sys.stderr)
+        return EXIT_ERROR
+    restored = api.restore_kb(archive, args.name, args.timeout)
+    kb = restored["knowledge_base"]
+    print(
+        f"restored {kb['name']} ({kb['id']}): {restored['documents']} documents, {restored['points']} points, "
+        f"{restored['queued']} queued to be built again"
+    )
+    return EXIT_OK
 
 
 def search(api: ApiClient, args: argparse.Namespace) -> int:
@@ -217,6 +253,25 @@ def _add_kb(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--timeout", type=float, default=3600.0, help="seconds to wait for the deletion to finish (default 3600)"
     )
     deleting.set_defaults(command=kb_delete)
+    checking = actions.add_parser(
+        "check", help="check that a KB's index holds what its documents say", parents=[_connection(True)]
+    )
+    checking.add_argument("kb", metavar="KB", help="KB name or id")
+    checking.add_argument("--repair", action="store_true", help="re-queue missing documents, delete orphan points")
+    checking.add_argument("--json", action="store_true", help="print the raw JSON")
+    checking.set_defaults(command=kb_check)
+    backing_up = actions.add_parser(
+        "backup", help="download a KB's backup archive (.tar.gz)", parents=[_connection(True)]
+    )
+    backing_up.add_argument("kb", metavar="KB", help="KB name or id")
+    backing_up.add_argument("--output", "-o", help="the archive's path (default NAME.ragkb.tar.gz)")
+    backing_up.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)")
+    backing_up.set_defaults(command=kb_backup)
+    restoring = actions.add_parser("restore", help="restore a backup archive as a new KB", parents=[_connection(True)])
+    restoring.add_argument("archive", metavar="ARCHIVE", help="a file from `ragkb kb backup`")
+    restoring.add_argument("--name", help="the new KB's name (default: the backed-up KB's)")
+    restoring.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait (default 3600)")
+    restoring.set_defaults(command=kb_restore)
 
 
 def _add_sync(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -152,6 +152,47 @@ class ApiClient:
         """Start deleting a KB (or resume an unfinished deletion); answers the `kb_delete` job."""
         return self._json(lambda: self._http.delete(f"/v1/knowledge-bases/{kb_id}"))
 
+    def check_kb(self, kb_id: str) -> Json:
+        """The KB's consistency report: does its index hold what its documents say."""
+        return self._json(lambda: self._http.get(f"/v1/knowledge-bases/{kb_id}/consistency"))
+
+    def repair_kb(self, kb_id: str) -> Json:
+        """Re-queue what the index lacks, delete orphan points; answers before, actions and after."""
+        return self._json(lambda: self._http.post(f"/v1/knowledge-bases/{kb_id}/consistency/repair"))
+
+    def backup_kb(self, kb_id: str, target: Path, timeout_s: float) -> str:
+        """Download the KB's backup archive into `target` (written whole or not at all); returns the server's
+        file name for it."""
+        partial = target.with_name(target.name + ".part")
+        request = self._http.build_request("POST", f"/v1/knowledge-bases/{kb_id}/backup", timeout=timeout_s)
+        response = self._reach(lambda: self._http.send(request, stream=True))
+        try:
+            if response.is_error:
+                response.read()
+                raise error_from(response)
+            with partial.open("wb") as handle:
+                for block in response.iter_bytes():
+                    handle.write(block)
+        finally:
+            response.close()
+        partial.replace(target)
+        disposition = response.headers.get("content-disposition", "")
+        return disposition.partition("filename=")[2].strip('"') or target.name
+
+    def restore_kb(self, archive: Path, name: str | None, timeout_s: float) -> Json:
+        """Restore a backup archive as a new KB (named `name`, else as it was)."""
+
+        def attempt() -> httpx.Response:
+            with archive.open("rb") as handle:
+                return self._http.post(
+                    "/v1/knowledge-bases/restore",
+                    files={"file": (archive.name, handle, "application/gzip")},
+                    data={"name": name} if name else {},
+                    timeout=timeout_s,
+                )
+
+        return self._json(attempt)
+
     def search(self, query: str, kb_ids: list[str], mode: str | None = None, top_k: int | None = None) -> Json:
         body: Json = {"query": query, "knowledge_base_ids": kb_ids}
         if mode:

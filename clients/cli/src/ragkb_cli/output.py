@@ -89,3 +89,22 @@ def _citation(result: Json) -> str:
 def snippet(text: str, limit: int = SNIPPET_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 3].rstrip() + "..."
+
+
+def consistency_lines(kb: Json, report: Json) -> list[str]:
+    """One line saying whether the KB is consistent, then one per finding."""
+    state = "consistent" if report["consistent"] else f"{len(report['findings'])} findings"
+    head = f"{kb['name']} ({kb['id']}): {state}: {report['documents']} documents, {report['points']} points"
+    return [
+        head,
+        *(f"{finding['kind']} {finding['document_id']}: {finding['detail']}" for finding in report["findings"]),
+    ]
+
+
+def repair_lines(kb: Json, repair: Json) -> list[str]:
+    """What the check found, what the repair did, and the check after it."""
+    actions = (
+        f"repaired: re-queued {len(repair['requeued'])} documents, deleted {len(repair['deleted_versions'])} orphan "
+        f"versions and {len(repair['deleted_documents'])} orphan documents"
+    )
+    return [*consistency_lines(kb, repair["before"]), actions, *consistency_lines(kb, repair["after"])]

@@ -74,6 +74,15 @@ class KbGenerations(BaseModel):
     all: list[int]
 
 
+class KbPointCensus(BaseModel):
+    """How many points of each version of each document a KB's live index generation holds: what the
+    consistency check compares with the metadata database."""
+
+    kb_id: str
+    generation: int
+    documents: dict[str, dict[int, int]] = Field(default_factory=dict, description="document id → version → points")
+
+
 class DocumentWriteResult(BaseModel):
     written: int
     deleted_old: int

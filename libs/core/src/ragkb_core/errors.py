@@ -62,11 +62,17 @@ class ParseFailed(RagkbError):
 
 
 class Unavailable(RagkbError):
-    """A dependency (retriever, database, broker) did not answer: transient, retried."""
+    """A dependency (retriever, database, broker) did not answer: transient, retried. The answer says when to
+    try again: a restarted service is back within seconds (the launcher restarts it at once)."""
 
     status = 503
     title = "Service unavailable"
     transient = True
+    retry_after_s = 5
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after_s)}
 
 
 class Unauthorized(RagkbError):

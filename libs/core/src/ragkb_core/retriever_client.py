@@ -17,11 +17,13 @@ from ragkb_core.contracts import (
     DocumentWriteResult,
     KbGenerations,
     KbIndexInfo,
+    KbPointCensus,
     SearchQuery,
     SearchResult,
 )
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, RagkbError, Unavailable
 from ragkb_core.kb_settings import KbIndexLayout
+from ragkb_core.request_context import REQUEST_ID_HEADER, request_id
 from ragkb_core.settings import RetrieverClientSettings
 
 INTERNAL_PREFIX = "/internal/v1"
@@ -33,7 +35,12 @@ JSON_CONTENT = {"Content-Type": "application/json"}
 class RetrieverClient:
     def __init__(self, settings: RetrieverClientSettings, service_token: SecretStr | None) -> None:
         headers = {SERVICE_TOKEN_HEADER: service_token.get_secret_value()} if service_token else {}
-        self._http = httpx.Client(base_url=settings.url, timeout=settings.timeout_s, headers=headers)
+        self._http = httpx.Client(
+            base_url=settings.url,
+            timeout=settings.timeout_s,
+            headers=headers,
+            event_hooks={"request": [_carry_request_id]},
+        )
 
     def create_kb(self, kb_id: str, layout: KbIndexLayout | None = None) -> KbIndexInfo:
         """Create the KB's index (idempotent); `layout` on a Qdrant cluster, fields left out from the defaults."""
@@ -105,6 +112,15 @@ class RetrieverClient:
         data = self._call("GET", f"/kbs/{kb_id}/count", params=query)
         return int(data["count"])
 
+    def point_census(self, kb_id: str) -> KbPointCensus:
+        """The live generation's points counted per document and version."""
+        return KbPointCensus.model_validate(self._call("GET", f"/kbs/{kb_id}/points"))
+
+    def export_document(self, kb_id: str, document_id: str, version: int) -> DocumentPoints:
+        """One document version's points as written, vectors included."""
+        data = self._call("GET", f"/kbs/{kb_id}/documents/{document_id}/points", params={"version": version})
+        return DocumentPoints.model_validate(data)
+
     def search(self, query: SearchQuery) -> SearchResult:
         return SearchResult.model_validate_json(self.search_json(query))
 
@@ -167,3 +183,10 @@ def _problem_detail(response: httpx.Response) -> str:
         return str(response.json().get("detail", response.text))
     except ValueError:
         return response.text[:200]
+
+
+def _carry_request_id(request: httpx.Request) -> None:
+    """The retriever logs its part of a request under the caller's request id."""
+    current = request_id.get()
+    if current:
+        request.headers[REQUEST_ID_HEADER] = current

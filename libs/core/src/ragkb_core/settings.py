@@ -174,6 +174,11 @@ class AnalyzerSettings(BaseModel):
 
 class LimitSettings(BaseModel):
     max_upload_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
+    max_restore_bytes: int = Field(
+        default=4 * 1024**3,
+        ge=1,
+        description="Largest backup archive POST /v1/knowledge-bases/restore accepts (larger: 413).",
+    )
     max_batch_documents: int = Field(
         default=100, ge=1, description="Most documents one batch upload (POST .../documents/batch) may carry."
     )
@@ -220,6 +225,17 @@ class JobSettings(BaseModel):
         description="How long a sync job waits for the uploads its plan asked for (and for their processing) "
         "before it fails the items still open: a job never stays running for ever.",
     )
+    interactive_max_documents: int = Field(
+        default=10,
+        ge=0,
+        description="A batch upload (or a retry of a KB's failed documents) of at most this many documents is "
+        "interactive: queued ahead of bulk work (larger batches, a sync's uploads, re-indexes).",
+    )
+    fair_queueing: bool = Field(
+        default=True,
+        description="Interactive uploads before bulk work, and a KB with a small backlog before one with a large "
+        "one. False: every document in one queue in arrival order (for comparison: bench/fair_queueing.py).",
+    )
 
 
 class HttpServerSettings(BaseModel):
@@ -230,6 +246,28 @@ class HttpServerSettings(BaseModel):
     # warm shutdown). Then it cancels the rest: a request cut short is the client's to retry, a task's document
     # is queued again. A process manager must wait longer than this before it kills (docker-compose.yml).
     drain_s: int = Field(default=10, ge=0)
+
+
+class LogSettings(BaseModel):
+    # console: one readable line per event (what `make run` shows); json: one JSON object per line, with the
+    # request id, trace id and KB/document ids as fields, for a log pipeline (Loki, Elasticsearch, CloudWatch).
+    format: Literal["console", "json"] = "console"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class MetricsSettings(BaseModel):
+    # GET /metrics (Prometheus text format) on the api and the retriever, and on the worker's health port.
+    enabled: bool = True
+    token: SecretStr | None = Field(
+        default=None,
+        description="If set, a scrape of /metrics must send `Authorization: Bearer <token>` (unset: /metrics is "
+        "public, like /health; it carries counts and timings, never a KB name, a query or a key).",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _empty_means_none(cls, value: SecretStr | None) -> SecretStr | None:
+        return value if value is not None and value.get_secret_value() else None
 
 
 # Secrets an operator chooses (bootstrap admin key, service token) must be at least this long.

@@ -9,7 +9,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.types import ExceptionHandlersMap
 
-from ragkb_core.errors import RagkbError
+from ragkb_core.errors import RagkbError, Unavailable
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 _log = logging.getLogger("ragkb.http")
@@ -72,6 +72,17 @@ def _title_for(status: int) -> str:
         429: "Too many requests",
     }
     return titles.get(status, "Request failed" if status < 500 else "Internal error")
+
+
+def _dependency_error(request: Request[Any, Any, Any], exc: Exception) -> Response[dict[str, Any]]:
+    """A dependency's own error (the database or the broker went away mid-request) is what Unavailable says:
+    503 with Retry-After, never a 500; the caller's request may be sent again."""
+    return _domain_error(request, Unavailable(f"a dependency did not answer: {type(exc).__name__}"))
+
+
+def dependency_error_handlers(*exception_types: type[Exception]) -> ExceptionHandlersMap:
+    """Handlers that answer these exceptions (a service's database driver's, broker client's) with 503."""
+    return dict.fromkeys(exception_types, _dependency_error)
 
 
 PROBLEM_HANDLERS: ExceptionHandlersMap = {

@@ -15,6 +15,8 @@ from ragkb_core.settings import (
     HttpServerSettings,
     JobSettings,
     LimitSettings,
+    LogSettings,
+    MetricsSettings,
     RedisSettings,
     RetrieverClientSettings,
     SourceSettings,
@@ -41,3 +43,7 @@ class ApiSettings(BaseSettings):
     # Sources the KBs read themselves (connectors) and their schedules.
     sources: SourceSettings = Field(default_factory=SourceSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
+    # Log lines: console or JSON (RAGKB_LOG__FORMAT), and their level.
+    log: LogSettings = Field(default_factory=LogSettings)
+    # GET /metrics (RAGKB_METRICS__ENABLED, RAGKB_METRICS__TOKEN).
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)

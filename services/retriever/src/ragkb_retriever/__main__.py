@@ -2,23 +2,25 @@
 
 from __future__ import annotations
 
-import logging
-
 import uvicorn
 
 from ragkb_retriever.app import create_app
 from ragkb_retriever.settings import RetrieverSettings
+from ragkb_telemetry.logs import configure_logging
+from ragkb_telemetry.tracing import start_tracing
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s retriever %(levelname)s %(name)s: %(message)s")
     settings = RetrieverSettings()
+    configure_logging("retriever", settings.log)
+    start_tracing("retriever")
     # One process: Qdrant Edge allows one owner per shard directory.
     uvicorn.run(
         create_app(settings),
         host=settings.retriever.host,
         port=settings.retriever.port,
-        log_level="info",
+        log_config=None,
+        access_log=False,
         # SIGTERM: stop accepting, let searches and writes in flight finish, then close the index.
         timeout_graceful_shutdown=settings.retriever.drain_s,
     )

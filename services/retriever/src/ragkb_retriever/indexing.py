@@ -8,19 +8,23 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from ragkb_core.contracts import (
+    ChunkPoint,
     DocumentChunks,
     DocumentPoints,
     DocumentWriteResult,
     IndexedChunk,
     KbGenerations,
     KbIndexInfo,
+    KbPointCensus,
 )
 from ragkb_core.errors import InvalidInput, NotFound
 from ragkb_core.ids import point_id
 from ragkb_core.kb_settings import KbIndexLayout
-from ragkb_retriever.index.filters import ordinal_window_filter
+from ragkb_retriever.index.filters import document_filter, kb_filter, ordinal_window_filter
 from ragkb_retriever.index.port import IndexHit, IndexPoint, VectorIndex
 
+# Points per page when a census or an export walks through a KB's index.
+SCROLL_PAGE = 1000
 # Metadata-only changes touch these payload fields; the rest (text, version, ordinal, …) needs a re-index.
 PATCHABLE_PAYLOAD_FIELDS = frozenset({"title", "source_id", "labels", "metadata"})
 
@@ -112,6 +116,40 @@ class IndexService:
         self._require_kb(kb_id)
         return read_document_chunks(self._index, kb_id, document_id, version, offset=offset, limit=limit)
 
+    def point_census(self, kb_id: str) -> KbPointCensus:
+        """Every point of the live generation counted per document and version (one pass over the KB)."""
+        self._require_kb(kb_id)
+        documents: dict[str, dict[int, int]] = {}
+        offset: str | None = None
+        while True:
+            page = self._index.scroll_page(kb_id, kb_filter(kb_id), SCROLL_PAGE, offset)
+            for point in page.points:
+                versions = documents.setdefault(str(point.payload["document_id"]), {})
+                version = int(point.payload["version"])
+                versions[version] = versions.get(version, 0) + 1
+            if page.next_offset is None:
+                break
+            offset = page.next_offset
+        live = self._index.generations(kb_id).live
+        return KbPointCensus(kb_id=kb_id, generation=live, documents=documents)
+
+    def export_document(self, kb_id: str, document_id: str, version: int) -> DocumentPoints:
+        """One document version as the worker wrote it, vectors included, in ordinal order (a backup);
+        NotFound when the live generation holds none of its points."""
+        self._require_kb(kb_id)
+        spec = document_filter(kb_id, document_id, version=version)
+        points: list[IndexPoint] = []
+        offset: str | None = None
+        while True:
+            page = self._index.scroll_page(kb_id, spec, SCROLL_PAGE, offset, with_vectors=True)
+            points.extend(page.points)
+            if page.next_offset is None:
+                break
+            offset = page.next_offset
+        if not points:
+            raise NotFound(f"no points of document {document_id} version {version}", document_id=document_id)
+        return _document_points(sorted(points, key=lambda point: int(point.payload["ordinal"])))
+
     def probe(self) -> None:
         """A real call through the engine (this KB never exists): raises when the index is unusable."""
         self._index.kb_exists("readiness-probe")
@@ -145,6 +183,37 @@ def _point(document: DocumentPoints, index: int) -> IndexPoint:
         dense=chunk.dense,
         sparse=chunk.sparse,
         payload=payload,
+    )
+
+
+def _document_points(points: list[IndexPoint]) -> DocumentPoints:
+    """The write a document version's points came from: document fields from its first point's payload."""
+    first = points[0].payload
+    return DocumentPoints(
+        kb_id=str(first["kb_id"]),
+        document_id=str(first["document_id"]),
+        source_id=str(first["source_id"]),
+        version=int(first["version"]),
+        title=str(first["title"]),
+        labels=list(first.get("labels") or []),
+        doc_type=first.get("doc_type") or "knowledge",
+        metadata=dict(first.get("metadata") or {}),
+        analyzer_version=str(first["analyzer_version"]),
+        chunks=[_chunk_point(point) for point in points],
+    )
+
+
+def _chunk_point(point: IndexPoint) -> ChunkPoint:
+    payload = point.payload
+    return ChunkPoint(
+        ordinal=int(payload["ordinal"]),
+        text=str(payload["text"]),
+        dense=point.dense,
+        sparse=point.sparse,
+        heading_path=list(payload.get("heading_path") or []),
+        page=payload.get("page"),
+        char_start=int(payload.get("char_start") or 0),
+        char_end=int(payload.get("char_end") or 0),
     )
 
 

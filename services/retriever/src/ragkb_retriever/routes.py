@@ -19,6 +19,7 @@ from ragkb_core.contracts import (
     DocumentWriteResult,
     KbGenerations,
     KbIndexInfo,
+    KbPointCensus,
     SearchQuery,
     SearchResult,
 )
@@ -28,6 +29,8 @@ from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.retriever_client import INTERNAL_PREFIX
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.searching import SearchService
+from ragkb_telemetry import metrics
+from ragkb_telemetry.metrics import observe_stages
 
 # Ids are checked here, at the boundary: a KB id becomes part of a file name in the index, so a NUL, a slash or
 # 300 characters must be refused as input (422), never reach the disk (500).
@@ -139,6 +142,29 @@ class IndexController(Controller):
     ) -> DocumentChunks:
         return index_service.document_chunks(kb_id, document_id, version, offset, limit)
 
+    @get(
+        "/{kb_id:str}/documents/{document_id:str}/points",
+        sync_to_thread=True,
+        summary="One document version's points in the live generation, vectors included (a backup)",
+    )
+    def export_document(
+        self,
+        kb_id: KbId,
+        document_id: DocumentId,
+        index_service: IndexService,
+        *,
+        version: Annotated[int, Parameter(ge=1)],
+    ) -> DocumentPoints:
+        return index_service.export_document(kb_id, document_id, version)
+
+    @get(
+        "/{kb_id:str}/points",
+        sync_to_thread=True,
+        summary="The live generation's points counted per document and version (the consistency check)",
+    )
+    def point_census(self, kb_id: KbId, index_service: IndexService) -> KbPointCensus:
+        return index_service.point_census(kb_id)
+
     @post("/{kb_id:str}/context", status_code=200, sync_to_thread=True, summary="A passage and its neighbours")
     def surrounding(self, kb_id: KbId, data: ContextQuery, search_service: SearchService) -> ContextResult:
         return search_service.surrounding(kb_id, data)
@@ -169,8 +195,10 @@ class SearchController(Controller):
         malformed = [position for position, kb_id in enumerate(data.kb_ids) if not is_id(kb_id)]
         if malformed:
             raise InvalidInput("a knowledge base id is 32 hex characters", knowledge_bases=malformed)
+        result = search_service.search(data)
+        observe_stages(metrics.search_stage_duration, result.timings_ms, mode=result.mode)
         # Encoded by pydantic in one pass (Rust), not dumped to Python objects first and encoded after.
-        return Response(search_service.search(data).model_dump_json().encode(), media_type=MediaType.JSON)
+        return Response(result.model_dump_json().encode(), media_type=MediaType.JSON)
 
 
 @post(f"{INTERNAL_PREFIX}/analyze", status_code=200, sync_to_thread=True, tags=["search"], summary="Analyze a text")

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ragkb_store.states import DocumentStatus, JobItemStatus, JobStatus
+from ragkb_store.states import DocumentStatus, JobItemStatus, JobStatus, Lane
 
 
 def utcnow() -> datetime:
@@ -73,6 +73,8 @@ class Document(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     doc_type: Mapped[str] = mapped_column(String(20), default="knowledge")
     status: Mapped[str] = mapped_column(String(20), default=DocumentStatus.PENDING)
+    # The queue its ingestion waits in (ragkb_store.queue): the sweeper sends a lost message back to it.
+    lane: Mapped[str] = mapped_column(String(20), default=Lane.INTERACTIVE, server_default=Lane.INTERACTIVE)
     version: Mapped[int] = mapped_column(Integer, default=1)
     indexed_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)

@@ -4,12 +4,28 @@ items, settle them, delete a KB's rows). A test keeps status writes out of every
 
 from ragkb_store.ledger.documents import (
     EVERY_DOCUMENT,
+    ChangedFields,
     Claim,
     DocumentLedger,
     DocumentScope,
+    LaneCounts,
     NewVersion,
+    QueuePlace,
     RecordedVersion,
+    RestoredDocument,
     claim_of,
 )
 
-__all__ = ["EVERY_DOCUMENT", "Claim", "DocumentLedger", "DocumentScope", "NewVersion", "RecordedVersion", "claim_of"]
+__all__ = [
+    "EVERY_DOCUMENT",
+    "ChangedFields",
+    "Claim",
+    "DocumentLedger",
+    "DocumentScope",
+    "LaneCounts",
+    "NewVersion",
+    "QueuePlace",
+    "RecordedVersion",
+    "RestoredDocument",
+    "claim_of",
+]

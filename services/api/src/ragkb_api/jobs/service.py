@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field, replace
 
-from celery import Celery
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,6 +21,8 @@ from ragkb_api.jobs.schemas import (
     JobError,
     JobOut,
     JobProgress,
+    LaneOut,
+    QueueOut,
     SyncCounts,
     SyncDelete,
     SyncExcluded,
@@ -38,12 +39,12 @@ from ragkb_store import progress
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, Job, JobItem
 from ragkb_store.knowledge_bases import load_kb, load_writable_kb
-from ragkb_store.ledger import EVERY_DOCUMENT
+from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger
 from ragkb_store.ledger.jobs import add_failed_item, add_items, requeue_failed_documents, settle_item, start_job
 from ragkb_store.ledger.sources import begin_queued_job
 from ragkb_store.quality_gate import QualityCheck
-from ragkb_store.queue import enqueue_ingest
-from ragkb_store.states import FINISHED_JOB_STATUSES, ItemAction, JobKind
+from ragkb_store.queue import IngestQueue
+from ragkb_store.states import FINISHED_JOB_STATUSES, ItemAction, JobKind, Lane
 
 _log = logging.getLogger("ragkb.api.jobs")
 RECENT_JOBS = 50
@@ -81,12 +82,13 @@ class JobSnapshot:
 
 class JobService:
     def __init__(
-        self, sessions: sessionmaker[Session], documents: DocumentService, queue: Celery, settings: JobSettings
+        self, sessions: sessionmaker[Session], documents: DocumentService, queue: IngestQueue, settings: JobSettings
     ) -> None:
         self._sessions = sessions
         self._documents = documents
         self._queue = queue
         self._settings = settings
+        self._ledger = DocumentLedger(sessions)
 
     # -- sync --------------------------------------------------------------------------------------------
 
@@ -176,15 +178,26 @@ class JobService:
         with transaction(self._sessions) as session:
             load_writable_kb(session, kb_id)
             job_id = start_job(session, JobKind.RETRY, kb_id)
-            document_ids = requeue_failed_documents(session, job_id, kb_id, caller.document_scope)
+            document_ids, lane = requeue_failed_documents(
+                session, job_id, kb_id, caller.document_scope, self._settings.interactive_max_documents
+            )
         for document_id in document_ids:
-            self._enqueue(document_id)
+            self._enqueue(document_id, kb_id, lane)
         with transaction(self._sessions) as session:
             job = session.get_one(Job, job_id)
             progress.refresh_job(session, job, self._settings.upload_wait_s)
             return _job_out(session, job)
 
     # -- reading and cancelling -----------------------------------------------------------------------------
+
+    def queue(self, kb_id: str) -> QueueOut:
+        lanes = self._ledger.queue_counts(kb_id)
+        interactive, bulk = lanes[Lane.INTERACTIVE], lanes[Lane.BULK]
+        return QueueOut(
+            knowledge_base_id=kb_id,
+            interactive=LaneOut(pending=interactive.pending, processing=interactive.processing),
+            bulk=LaneOut(pending=bulk.pending, processing=bulk.processing),
+        )
 
     def get(self, job_id: str, caller: Caller) -> JobOut:
         with transaction(self._sessions) as session:
@@ -240,9 +253,9 @@ class JobService:
             reported.update(item.id for item in new)
             return JobSnapshot(_job_out(session, job), new, job.status in FINISHED_JOB_STATUSES)
 
-    def _enqueue(self, document_id: str) -> None:
+    def _enqueue(self, document_id: str, kb_id: str, lane: Lane) -> None:
         try:
-            enqueue_ingest(self._queue, document_id)
+            self._queue.send(document_id, kb_id, lane)
         except Exception:  # the broker is down: the document is pending, the worker's sweeper queues it later
             _log.warning("could not queue document %s now; the sweeper will queue it", document_id, exc_info=True)
 

@@ -9,8 +9,15 @@ from litestar import Controller, Request, Response, delete, get, patch, post
 from ragkb_api.access import Caller
 from ragkb_api.jobs.schemas import JobOut
 from ragkb_api.jobs.service import JobService
+from ragkb_api.knowledge_bases.consistency import ConsistencyService
 from ragkb_api.knowledge_bases.deletion import KbDeletionService
-from ragkb_api.knowledge_bases.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate
+from ragkb_api.knowledge_bases.schemas import (
+    ConsistencyRepairOut,
+    ConsistencyReportOut,
+    KnowledgeBaseCreate,
+    KnowledgeBaseOut,
+    KnowledgeBaseUpdate,
+)
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
 from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_http import access
@@ -21,6 +28,13 @@ then the KB itself; follow GET /v1/jobs/{id} or its /events. From the moment it 
 `deleting`: uploads, syncs, re-indexes and searches naming it answer 409, and once it is gone 404. A
 deletion cannot be cancelled; if it fails, DELETE again finishes it (an unfinished one is queued again and
 answered as it is). 409 while a re-index of the KB runs."""
+
+
+CONSISTENCY_DESCRIPTION = """Every `done` document has exactly its indexed version's chunks in the live index
+generation (as many as its chunk count), no point belongs to a version no document state allows (superseded,
+deleted, failed) or to a document the database does not have, and no document is `processing` past its lease.
+A finding is reported only if a second pass a moment later sees it too (a document moving on between the two
+reads is not one)."""
 
 
 class KnowledgeBaseController(Controller):
@@ -76,3 +90,23 @@ class KnowledgeBaseController(Controller):
     ) -> JobOut:
         job_id = kb_deletion_service.start(kb_id)
         return job_service.get(job_id, caller)
+
+    @get(
+        "/{kb_id:str}/consistency",
+        sync_to_thread=True,
+        summary="Check that the KB's live index holds exactly what its documents say",
+        description=CONSISTENCY_DESCRIPTION,
+        opt=access("admin"),
+    )
+    def consistency(self, kb_id: str, consistency_service: ConsistencyService) -> ConsistencyReportOut:
+        return consistency_service.check(kb_id)
+
+    @post(
+        "/{kb_id:str}/consistency/repair",
+        status_code=200,
+        sync_to_thread=True,
+        summary="Re-queue the documents the index lacks and delete orphan points (idempotent)",
+        opt=access("admin"),
+    )
+    def repair(self, kb_id: str, consistency_service: ConsistencyService) -> ConsistencyRepairOut:
+        return consistency_service.repair(kb_id)

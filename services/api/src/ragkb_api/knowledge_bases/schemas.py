@@ -66,3 +66,48 @@ class KnowledgeBaseOut(BaseModel):
     deletion_job_id: str | None = None
     created_at: UtcDateTime
     updated_at: UtcDateTime
+
+
+class FindingOut(BaseModel):
+    """One disagreement between the database and the index (ragkb_store.consistency.FindingKind)."""
+
+    kind: Literal["missing_points", "chunk_count_mismatch", "orphan_version", "orphan_document", "stuck"]
+    document_id: str
+    version: int | None = None
+    expected: int | None = Field(default=None, description="chunks the database counts")
+    found: int | None = Field(default=None, description="points the index holds")
+    detail: str
+
+
+class ConsistencyReportOut(BaseModel):
+    kb_id: str
+    consistent: bool
+    generation: int = Field(description="the live index generation that was counted")
+    documents: int
+    points: int
+    findings: list[FindingOut]
+
+
+class OrphanVersionOut(BaseModel):
+    document_id: str
+    version: int
+
+
+class ConsistencyRepairOut(BaseModel):
+    """What the repair found, what it did, and the check right after (re-queued documents are pending then,
+    and are built again by the worker)."""
+
+    before: ConsistencyReportOut
+    requeued: list[str]
+    deleted_versions: list[OrphanVersionOut]
+    deleted_documents: list[str]
+    after: ConsistencyReportOut
+
+
+class RestoreOut(BaseModel):
+    """The KB a restore made; `queued` documents (held without points) are being built again."""
+
+    knowledge_base: KnowledgeBaseOut
+    documents: int
+    points: int
+    queued: int

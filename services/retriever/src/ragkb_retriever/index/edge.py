@@ -74,6 +74,7 @@ from ragkb_retriever.index.port import (
     KeywordLeg,
     Leg,
     LegResults,
+    PointPage,
     assemble,
     document_delete_filter,
     engine_legs,
@@ -283,6 +284,24 @@ class EdgeIndex:
         with self._shard(kb_id, generation) as (_, shard):
             records, _ = shard.scroll(request)
         return [IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records]
+
+    def scroll_page(
+        self,
+        kb_id: str,
+        spec: filters.FilterSpec,
+        limit: int,
+        offset: str | None = None,
+        *,
+        with_vectors: bool = False,
+        generation: int | None = None,
+    ) -> PointPage:
+        request = ScrollRequest(
+            offset=offset, limit=limit, filter=_edge_filter(spec), with_payload=True, with_vector=with_vectors
+        )
+        with self._shard(kb_id, generation) as (_, shard):
+            records, next_offset = shard.scroll(request)
+        points = [_index_point(str(r.id), r.vector, r.payload) for r in records]
+        return PointPage(points, None if next_offset is None else str(next_offset))
 
     def search(  # noqa: PLR0917 -- the port's signature, positional as specified
         self,
@@ -529,6 +548,19 @@ def _generation(kb_id: str, name: str) -> int:
 def _edge_point(point: IndexPoint) -> Point:
     sparse = SparseVector(point.sparse.indices, point.sparse.values)
     return Point(point.id, {DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}, point.payload)
+
+
+def _index_point(point_id: str, vectors: Any, payload: dict[str, Any] | None) -> IndexPoint:
+    """A scrolled record as the IndexPoint it was written as (empty vectors when they were not asked for)."""
+    vectors = vectors or {}
+    sparse = vectors.get(SPARSE_VECTOR)
+    terms = SparseTerms(indices=list(sparse.indices), values=list(sparse.values)) if sparse is not None else None
+    return IndexPoint(
+        id=point_id,
+        dense=list(vectors.get(DENSE_VECTOR) or []),
+        sparse=terms or SparseTerms(indices=[], values=[]),
+        payload=payload or {},
+    )
 
 
 def _edge_filter(spec: filters.FilterSpec) -> Filter:

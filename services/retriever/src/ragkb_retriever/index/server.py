@@ -36,6 +36,7 @@ from ragkb_retriever.index.port import (
     KeywordLeg,
     Leg,
     LegResults,
+    PointPage,
     assemble,
     document_delete_filter,
     engine_legs,
@@ -209,6 +210,28 @@ class ServerIndex:
                 _collection(kb_id, generation), scroll_filter=_filter(spec), limit=limit, with_payload=True
             )
         return [IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records]
+
+    def scroll_page(
+        self,
+        kb_id: str,
+        spec: filters.FilterSpec,
+        limit: int,
+        offset: str | None = None,
+        *,
+        with_vectors: bool = False,
+        generation: int | None = None,
+    ) -> PointPage:
+        with self._on_kb(kb_id, generation):
+            records, next_offset = self._client.scroll(
+                _collection(kb_id, generation),
+                scroll_filter=_filter(spec),
+                limit=limit,
+                offset=offset,
+                with_payload=True,
+                with_vectors=with_vectors,
+            )
+        points = [_index_point(str(r.id), r.vector, r.payload) for r in records]
+        return PointPage(points, None if next_offset is None else str(next_offset))
 
     def search(  # noqa: PLR0917 -- the port's signature, positional as specified
         self,
@@ -437,3 +460,18 @@ def _condition(match: filters.FieldMatch) -> qm.FieldCondition:
 
 def _hit(point: qm.ScoredPoint) -> IndexHit:
     return IndexHit(id=str(point.id), score=point.score, payload=point.payload or {})
+
+
+def _index_point(point_id: str, vectors: Any, payload: dict[str, Any] | None) -> IndexPoint:
+    """A scrolled record as the IndexPoint it was written as (empty vectors when they were not asked for)."""
+    named = vectors if isinstance(vectors, dict) else {}
+    sparse = named.get(SPARSE_VECTOR)
+    terms = (
+        SparseTerms(indices=list(sparse.indices), values=list(sparse.values))
+        if isinstance(sparse, qm.SparseVector)
+        else SparseTerms(indices=[], values=[])
+    )
+    dense = named.get(DENSE_VECTOR)
+    return IndexPoint(
+        id=point_id, dense=list(dense) if isinstance(dense, list) else [], sparse=terms, payload=payload or {}
+    )
