@@ -5,12 +5,14 @@ the deleted one."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import boto3
+import httpx
 import pytest
 
 from tests.e2e.conftest import RunningRagkb, source_roots
@@ -107,7 +109,8 @@ def test_web_source_fills_the_kb_then_syncs_only_what_changed(ragkb: RunningRagk
     shown = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/sources/{source['id']}").json()
     assert (shown["last_status"], shown["last_job_id"], shown["running"]) == ("succeeded", second["id"], False)
     jobs = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/jobs").json()
-    assert {first["id"], second["id"]} <= {job["id"] for job in jobs}
+    runs = {job["id"]: job["source_id"] for job in jobs if job["kind"] == "sync"}
+    assert runs == {first["id"]: source["id"], second["id"]: source["id"]}
 
 
 def test_git_source_on_a_schedule_picks_up_a_changed_and_a_deleted_file(ragkb: RunningRagkb, tmp_path: Path) -> None:
@@ -241,3 +244,34 @@ def test_s3_source_fills_the_kb_and_skips_unchanged_objects_by_etag(ragkb: Runni
     assert sorted(after) == ["notes:notes/ants.md", "notes:notes/bees.md"]
     assert after["notes:notes/bees.md"]["version"] == before["notes:notes/bees.md"]["version"]
     assert ragkb.search("ants that grow fungus", [kb_id], top_k=1)[0]["source_id"] == "notes:notes/ants.md"
+
+
+def test_an_api_restarted_mid_run_does_not_start_a_second_run(ragkb: RunningRagkb, tmp_path: Path) -> None:
+    links = " ".join(f'<a href="page{index}.html">page {index}</a>' for index in range(8))
+    write_pages(tmp_path, {"index.html": links, **{f"page{index}.html": f"Page {index}." for index in range(8)}})
+    kb_id = ragkb.create_kb("sources-restart")
+    path = f"/v1/knowledge-bases/{kb_id}/sources"
+    with serve_folder(tmp_path, delay_s=2) as (base, _):  # nine pages, two seconds each: a run of ~18 s
+        config = {"kind": "web", "start_url": f"{base}/index.html", "max_depth": 1}
+        source = create_source(ragkb, kb_id, {"name": "slow", "config": config, "interval_s": 1})
+        running = wait_for(lambda: ragkb.client.get(f"{path}/{source['id']}").json(), lambda s: s["running"])
+        assert running["running"] and running["last_job_id"], running
+        ragkb.signal_service("ragkb_api", signal.SIGKILL)  # the run dies with it; the launcher starts a new api
+        wait_for(api_answers(ragkb), bool, timeout_s=120)
+        time.sleep(4)  # several ticks of the new api's scheduler (RAGKB_SOURCES__SCHEDULER_TICK_S=1)
+        after = ragkb.client.get(f"{path}/{source['id']}").json()
+        runs = [job["id"] for job in ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/jobs").json()]
+        ragkb.client.delete(f"{path}/{source['id']}")
+    # The dead run's lease (RAGKB_SOURCES__LEASE_S) still holds the source: no second run was started.
+    assert (after["running"], after["last_job_id"]) == (True, running["last_job_id"])
+    assert runs == [running["last_job_id"]]
+
+
+def api_answers(ragkb: RunningRagkb) -> Callable[[], bool]:
+    def answers() -> bool:
+        try:
+            return ragkb.client.get("/ready").status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    return answers

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -15,12 +16,16 @@ from typing import Any
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
-    # Set per server: the Authorization header a request must carry (None: none needed).
+    # Set per server: the Authorization header a request must carry (None: none needed), and how long each
+    # page takes to answer (a slow site keeps a crawl running while a test does something to it).
     required_authorization: str | None = None
+    delay_s: float = 0.0
     requests_seen: list[str]
 
     def do_GET(self) -> None:
         self.requests_seen.append(self.path)
+        if self.path.endswith(".html"):
+            time.sleep(self.delay_s)
         if self.required_authorization and self.headers.get("Authorization") != self.required_authorization:
             self.send_response(401)
             self.send_header("WWW-Authenticate", 'Basic realm="test"')
@@ -33,12 +38,13 @@ class _QuietHandler(SimpleHTTPRequestHandler):
 
 
 @contextmanager
-def serve_folder(folder: Path, required_authorization: str | None = None) -> Iterator[tuple[str, list[str]]]:
+def serve_folder(
+    folder: Path, required_authorization: str | None = None, delay_s: float = 0.0
+) -> Iterator[tuple[str, list[str]]]:
     """Serve `folder` over HTTP on a free port; the base URL and the list of paths requested."""
     seen: list[str] = []
-    handler = type(
-        "Handler", (_QuietHandler,), {"required_authorization": required_authorization, "requests_seen": seen}
-    )
+    attributes = {"required_authorization": required_authorization, "requests_seen": seen, "delay_s": delay_s}
+    handler = type("Handler", (_QuietHandler,), attributes)
     server = ThreadingHTTPServer(("127.0.0.1", 0), partial(handler, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

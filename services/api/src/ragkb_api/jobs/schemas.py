@@ -108,6 +108,8 @@ class JobOut(BaseModel):
     finished_at: UtcDateTime | None
     # A re-index that reached its check: the quality gate's figures (or why there was no comparison).
     quality_check: QualityCheck | None = None
+    # The source a `sync` job is a run of (None: a client's manifest sync).
+    source_id: str | None = None
 
 
 class ReindexRequest(BaseModel):

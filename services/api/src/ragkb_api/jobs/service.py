@@ -356,6 +356,7 @@ def _job_out(session: Session, job: Job) -> JobOut:
         started_at=job.started_at,
         finished_at=job.finished_at,
         quality_check=_quality_check(job),
+        source_id=job.params.get("source_id") if job.params else None,
     )
 
 

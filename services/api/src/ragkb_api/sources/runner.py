@@ -30,7 +30,7 @@ from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, Source, utcnow
 from ragkb_store.ledger.jobs import settle_item
 from ragkb_store.ledger.sources import RunOutcome, SourceLedger, fail_queued_job
-from ragkb_store.states import ItemAction, SourceRunStatus
+from ragkb_store.states import ItemAction, Lane, SourceRunStatus
 
 _log = logging.getLogger("ragkb.api.sources")
 # Runs at once in this process: each holds one listing in memory and uploads one item at a time.
@@ -135,7 +135,9 @@ class SourceRunner:
         }
         fields = DocumentFields(source_id=source_id, title=item.title, metadata=metadata)
         try:
-            self._documents.accept(source.kb_id, fields, Upload(item.read(), item.filename, item.media_type), caller)
+            upload = Upload(item.read(), item.filename, item.media_type)
+            # A run's uploads are a sync's: they wait in the bulk lane, behind clients' own uploads.
+            self._documents.accept(source.kb_id, fields, upload, caller, Lane.BULK)
         except (RagkbError, OSError) as exc:
             message = exc.detail if isinstance(exc, RagkbError) else str(exc)
             with transaction(self._sessions) as session:
