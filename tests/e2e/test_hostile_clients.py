@@ -5,7 +5,9 @@ and event streams opened by the hundred. Each answer is a 4xx in the route's doc
 
 from __future__ import annotations
 
+import time
 import uuid
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
@@ -142,6 +144,66 @@ def test_nul_characters_are_refused_with_422_and_nothing_is_stored(ragkb: Runnin
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": grep}
     refused = ragkb.client.post("/mcp", json=rpc)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == -32600
+
+
+# -- 9. Event streams ----------------------------------------------------------------------------------------
+
+
+def _waiting_job(ragkb: RunningRagkb, kb_id: str) -> str:
+    """A sync job that waits for an upload nobody sends: it runs until it is cancelled."""
+    manifest = [{"source_id": "never-sent.md", "sha256": "0" * 64, "size": 1, "mtime": 0.0}]
+    plan = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/sync", json={"files": manifest})
+    assert plan.status_code == 200, plan.text
+    return str(plan.json()["job_id"])
+
+
+class EventReader:
+    """The events of one open stream, read a line at a time. One iterator for the stream's life: closing an
+    httpx line iterator early closes the connection, which the server takes for a client gone."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        assert response.status_code == 200, response.read()
+        self._lines = response.iter_lines()
+
+    def next_event(self) -> str:
+        for line in self._lines:
+            if line.startswith("event:"):
+                return line.partition(":")[2].strip()
+        raise AssertionError("the stream ended without another event")
+
+    def last_event(self) -> str:
+        events = [line.partition(":")[2].strip() for line in self._lines if line.startswith("event:")]
+        return events[-1]
+
+
+def test_a_key_holds_at_most_four_event_streams_and_they_end_with_their_job(ragkb: RunningRagkb, kb_id: str) -> None:
+    key = ragkb.client.post("/v1/api-keys", json={"name": "streams", "role": "client", "grants": {kb_id: "read"}})
+    job_id = _waiting_job(ragkb, kb_id)
+    events = f"/v1/jobs/{job_id}/events"
+    with ragkb.client_with(key.json()["key"]) as reader, ExitStack() as open_streams:
+        responses = [open_streams.enter_context(reader.stream("GET", events)) for _ in range(4)]
+        streams = [EventReader(response) for response in responses]
+        assert [stream.next_event() for stream in streams] == ["progress"] * 4
+        refused = reader.get(events)
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        assert "4 job event streams" in _problem(refused)["detail"]
+        with ragkb.client.stream("GET", events) as other:  # another key's streams are its own
+            assert EventReader(other).next_event() == "progress"
+        responses.pop().close()  # a client leaves: its place comes back once the api sees it gone
+        streams.pop()
+        assert _eventually_opens(reader, events)
+        assert ragkb.client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        assert [stream.last_event() for stream in streams] == ["complete"] * 3
+
+
+def _eventually_opens(client: httpx.Client, path: str) -> bool:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with client.stream("GET", path) as response:
+            if response.status_code == 200:
+                return EventReader(response).next_event() == "progress"
+        time.sleep(0.2)
+    return False
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:

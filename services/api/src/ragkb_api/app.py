@@ -24,6 +24,7 @@ from ragkb_api.evaluations.question_sets import QuestionSetService
 from ragkb_api.evaluations.routes import EvaluationController, QuestionSetController
 from ragkb_api.evaluations.service import EvaluationService
 from ragkb_api.guards import AccessGuard, provide_caller
+from ragkb_api.jobs.events import JobEvents
 from ragkb_api.jobs.reindex import ReindexService
 from ragkb_api.jobs.routes import JobController, KnowledgeBaseJobController
 from ragkb_api.jobs.service import JobService
@@ -58,6 +59,7 @@ class ApiServices:
     knowledge_bases: KnowledgeBaseService
     documents: DocumentService
     jobs: JobService
+    job_events: JobEvents
     search: SearchService
     api_keys: ApiKeyService
     tools: ToolService
@@ -83,13 +85,16 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     tools = ToolService(sessions, blobs, retriever, search)
     documents = DocumentService(sessions, blobs, queue, retriever, settings.limits)
     question_sets = QuestionSetService(sessions, settings.limits)
+    jobs = JobService(sessions, documents, queue, settings.jobs)
     return ApiServices(
         engine=engine,
         queue=queue,
         retriever=retriever,
         knowledge_bases=KnowledgeBaseService(sessions, retriever),
         documents=documents,
-        jobs=JobService(sessions, documents, queue, settings.jobs),
+        jobs=jobs,
+        # One database poller per followed job, shared by its streams; streams capped per key.
+        job_events=JobEvents(jobs, settings.limits.max_streams_per_key),
         search=search,
         api_keys=api_keys,
         tools=tools,
@@ -116,7 +121,7 @@ def create_app(settings: ApiSettings) -> Litestar:
         "retriever": services.retriever.ready,
     }
     console_sessions = ConsoleSessions(redis, settings.console)
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             health_router(checks),
             KnowledgeBaseController,
@@ -141,6 +146,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
             "job_service": Provide(lambda: services.jobs, sync_to_thread=False),
+            "job_events": Provide(lambda: services.job_events, sync_to_thread=False),
             "reindex_service": Provide(lambda: services.reindex, sync_to_thread=False),
             "kb_deletion_service": Provide(lambda: services.kb_deletion, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
@@ -171,3 +177,4 @@ def create_app(settings: ApiSettings) -> Litestar:
         on_shutdown=[services.retriever.close, services.engine.dispose, redis.close, limiter.close],
         logging_config=None,
     )
+    return app
