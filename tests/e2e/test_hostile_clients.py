@@ -5,6 +5,7 @@ and event streams opened by the hundred. Each answer is a 4xx in the route's doc
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
 from contextlib import ExitStack
@@ -101,6 +102,33 @@ def test_dify_refuses_an_unauthenticated_deep_body_from_its_header_alone(ragkb: 
     assert (forged.status_code, forged.json()) == (403, {"error_code": 1002, "error_msg": "Authorization failed"})
     authenticated = ragkb.client.post("/retrieval", content=DEEP_JSON, headers=JSON_HEADERS)
     assert authenticated.status_code == 422 and authenticated.headers["content-type"].startswith(PROBLEM)
+
+
+# -- 13. The API contract -------------------------------------------------------------------------------------
+
+
+def test_the_openapi_document_states_problems_streams_and_bodies(ragkb: RunningRagkb) -> None:
+    paths = ragkb.client.get("/schema/openapi.json").json()["paths"]
+    search, events = paths["/v1/search"]["post"], paths["/v1/jobs/{job_id}/events"]["get"]
+    for status in ("401", "404", "409", "422", "429"):
+        assert PROBLEM in search["responses"][status]["content"], status
+    assert {"401", "404", "422"} <= set(events["responses"])
+    assert list(events["responses"]["200"]["content"]) == ["text/event-stream"]
+    upload = paths["/v1/knowledge-bases/{kb_id}/documents"]["post"]["requestBody"]["content"]
+    question_sets = paths["/v1/knowledge-bases/{kb_id}/question-sets"]["post"]["requestBody"]["content"]
+    batch = paths["/v1/knowledge-bases/{kb_id}/documents/batch"]["post"]["requestBody"]["content"]
+    assert set(upload) == set(question_sets) == {"multipart/form-data", "application/json"}
+    assert set(batch) == {"application/json"}
+    assert paths["/health"]["get"]["responses"].keys() == {"200"}  # public: no key, no problem to document
+
+
+def test_search_and_context_refuse_a_text_plain_body_with_415(ragkb: RunningRagkb, kb_id: str) -> None:
+    body = json.dumps({"query": "lunch", "knowledge_base_ids": [kb_id]})
+    for path in ("/v1/search", "/v1/context"):
+        response = ragkb.client.post(path, content=body, headers={"Content-Type": "text/plain"})
+        assert response.status_code == 415, (path, response.text)
+        assert _problem(response)["supported_media_types"] == ["application/json"]
+        assert ragkb.client.post(path, content=body, headers=JSON_HEADERS).status_code == 200
 
 
 # -- 14. NUL characters ---------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from celery import Celery
 from litestar import Litestar, Router
+from litestar._openapi.plugin import OpenAPIPlugin  # the document's one owner; no public accessor
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
@@ -14,6 +15,7 @@ from sqlalchemy import Engine
 
 from ragkb_api.console.routes import ConsoleController
 from ragkb_api.console.sessions import ConsoleSessions
+from ragkb_api.contract import complete_contract
 from ragkb_api.dify.routes import DifyController
 from ragkb_api.dify.service import DifyService
 from ragkb_api.documents.routes import DocumentController
@@ -177,4 +179,6 @@ def create_app(settings: ApiSettings) -> Litestar:
         on_shutdown=[services.retriever.close, services.engine.dispose, redis.close, limiter.close],
         logging_config=None,
     )
+    # Completed once, before /schema serves it: problem details, event streams, bodies read by hand.
+    complete_contract(app.plugins.get(OpenAPIPlugin).provide_openapi_schema())
     return app
