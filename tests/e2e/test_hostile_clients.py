@@ -5,7 +5,10 @@ and event streams opened by the hundred. Each answer is a 4xx in the route's doc
 
 from __future__ import annotations
 
+import json
+import time
 import uuid
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
@@ -101,6 +104,33 @@ def test_dify_refuses_an_unauthenticated_deep_body_from_its_header_alone(ragkb: 
     assert authenticated.status_code == 422 and authenticated.headers["content-type"].startswith(PROBLEM)
 
 
+# -- 13. The API contract -------------------------------------------------------------------------------------
+
+
+def test_the_openapi_document_states_problems_streams_and_bodies(ragkb: RunningRagkb) -> None:
+    paths = ragkb.client.get("/schema/openapi.json").json()["paths"]
+    search, events = paths["/v1/search"]["post"], paths["/v1/jobs/{job_id}/events"]["get"]
+    for status in ("401", "404", "409", "422", "429"):
+        assert PROBLEM in search["responses"][status]["content"], status
+    assert {"401", "404", "422"} <= set(events["responses"])
+    assert list(events["responses"]["200"]["content"]) == ["text/event-stream"]
+    upload = paths["/v1/knowledge-bases/{kb_id}/documents"]["post"]["requestBody"]["content"]
+    question_sets = paths["/v1/knowledge-bases/{kb_id}/question-sets"]["post"]["requestBody"]["content"]
+    batch = paths["/v1/knowledge-bases/{kb_id}/documents/batch"]["post"]["requestBody"]["content"]
+    assert set(upload) == set(question_sets) == {"multipart/form-data", "application/json"}
+    assert set(batch) == {"application/json"}
+    assert paths["/health"]["get"]["responses"].keys() == {"200"}  # public: no key, no problem to document
+
+
+def test_search_and_context_refuse_a_text_plain_body_with_415(ragkb: RunningRagkb, kb_id: str) -> None:
+    body = json.dumps({"query": "lunch", "knowledge_base_ids": [kb_id]})
+    for path in ("/v1/search", "/v1/context"):
+        response = ragkb.client.post(path, content=body, headers={"Content-Type": "text/plain"})
+        assert response.status_code == 415, (path, response.text)
+        assert _problem(response)["supported_media_types"] == ["application/json"]
+        assert ragkb.client.post(path, content=body, headers=JSON_HEADERS).status_code == 200
+
+
 # -- 14. NUL characters ---------------------------------------------------------------------------------------
 
 
@@ -142,6 +172,66 @@ def test_nul_characters_are_refused_with_422_and_nothing_is_stored(ragkb: Runnin
     rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": grep}
     refused = ragkb.client.post("/mcp", json=rpc)
     assert refused.status_code == 400 and refused.json()["error"]["code"] == -32600
+
+
+# -- 9. Event streams ----------------------------------------------------------------------------------------
+
+
+def _waiting_job(ragkb: RunningRagkb, kb_id: str) -> str:
+    """A sync job that waits for an upload nobody sends: it runs until it is cancelled."""
+    manifest = [{"source_id": "never-sent.md", "sha256": "0" * 64, "size": 1, "mtime": 0.0}]
+    plan = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/sync", json={"files": manifest})
+    assert plan.status_code == 200, plan.text
+    return str(plan.json()["job_id"])
+
+
+class EventReader:
+    """The events of one open stream, read a line at a time. One iterator for the stream's life: closing an
+    httpx line iterator early closes the connection, which the server takes for a client gone."""
+
+    def __init__(self, response: httpx.Response) -> None:
+        assert response.status_code == 200, response.read()
+        self._lines = response.iter_lines()
+
+    def next_event(self) -> str:
+        for line in self._lines:
+            if line.startswith("event:"):
+                return line.partition(":")[2].strip()
+        raise AssertionError("the stream ended without another event")
+
+    def last_event(self) -> str:
+        events = [line.partition(":")[2].strip() for line in self._lines if line.startswith("event:")]
+        return events[-1]
+
+
+def test_a_key_holds_at_most_four_event_streams_and_they_end_with_their_job(ragkb: RunningRagkb, kb_id: str) -> None:
+    key = ragkb.client.post("/v1/api-keys", json={"name": "streams", "role": "client", "grants": {kb_id: "read"}})
+    job_id = _waiting_job(ragkb, kb_id)
+    events = f"/v1/jobs/{job_id}/events"
+    with ragkb.client_with(key.json()["key"]) as reader, ExitStack() as open_streams:
+        responses = [open_streams.enter_context(reader.stream("GET", events)) for _ in range(4)]
+        streams = [EventReader(response) for response in responses]
+        assert [stream.next_event() for stream in streams] == ["progress"] * 4
+        refused = reader.get(events)
+        assert refused.status_code == 429 and int(refused.headers["retry-after"]) >= 1
+        assert "4 job event streams" in _problem(refused)["detail"]
+        with ragkb.client.stream("GET", events) as other:  # another key's streams are its own
+            assert EventReader(other).next_event() == "progress"
+        responses.pop().close()  # a client leaves: its place comes back once the api sees it gone
+        streams.pop()
+        assert _eventually_opens(reader, events)
+        assert ragkb.client.post(f"/v1/jobs/{job_id}/cancel").status_code == 200
+        assert [stream.last_event() for stream in streams] == ["complete"] * 3
+
+
+def _eventually_opens(client: httpx.Client, path: str) -> bool:
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        with client.stream("GET", path) as response:
+            if response.status_code == 200:
+                return EventReader(response).next_event() == "progress"
+        time.sleep(0.2)
+    return False
 
 
 def _problem(response: httpx.Response) -> dict[str, Any]:

@@ -184,6 +184,12 @@ class LimitSettings(BaseModel):
     )
     max_text_chars: int = Field(default=5_000_000, ge=1)
     max_query_chars: int = Field(default=2000, ge=1)
+    max_streams_per_key: int = Field(
+        default=4,
+        ge=1,
+        description="Most job event streams (GET /v1/jobs/{id}/events) one key may hold open at once in one api "
+        "process; one more is refused with 429 and Retry-After.",
+    )
     # Parsing limits, checked by the worker's parsers before the expensive step they guard.
     max_pages: int = Field(
         default=2000, ge=1, description="Most pages of a PDF, or slides of a PowerPoint file, that are parsed."

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerUnavailable
 from litestar import Litestar, Router
+from litestar._openapi.plugin import OpenAPIPlugin  # the document's one owner; no public accessor
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
@@ -22,6 +23,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.console.routes import ConsoleController
 from ragkb_api.console.sessions import ConsoleSessions
+from ragkb_api.contract import complete_contract
 from ragkb_api.dify.routes import DifyController
 from ragkb_api.dify.service import DifyService
 from ragkb_api.documents.routes import DocumentController
@@ -32,6 +34,7 @@ from ragkb_api.evaluations.question_sets import QuestionSetService
 from ragkb_api.evaluations.routes import EvaluationController, QuestionSetController
 from ragkb_api.evaluations.service import EvaluationService
 from ragkb_api.guards import AccessGuard, provide_caller
+from ragkb_api.jobs.events import JobEvents
 from ragkb_api.jobs.reindex import ReindexService
 from ragkb_api.jobs.routes import JobController, KnowledgeBaseJobController
 from ragkb_api.jobs.service import JobService
@@ -92,6 +95,7 @@ class ApiServices:
     knowledge_bases: KnowledgeBaseService
     documents: DocumentService
     jobs: JobService
+    job_events: JobEvents
     search: SearchService
     api_keys: ApiKeyService
     tools: ToolService
@@ -144,6 +148,8 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         knowledge_bases=knowledge_bases,
         documents=documents,
         jobs=jobs,
+        # One database poller per followed job, shared by its streams; streams capped per key.
+        job_events=JobEvents(jobs, settings.limits.max_streams_per_key),
         search=search,
         api_keys=api_keys,
         tools=tools,
@@ -179,7 +185,7 @@ def create_app(settings: ApiSettings) -> Litestar:
     console_sessions = ConsoleSessions(redis, settings.console)
     # Tasks this api queues carry the request id that queued them, and their publication time (queue age).
     carry_request_id_in_tasks()
-    return Litestar(
+    app = Litestar(
         route_handlers=[
             health_router(checks),
             metrics_router(scrape_metrics(services, redis, checks), settings.metrics),
@@ -207,6 +213,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
             "job_service": Provide(lambda: services.jobs, sync_to_thread=False),
+            "job_events": Provide(lambda: services.job_events, sync_to_thread=False),
             "reindex_service": Provide(lambda: services.reindex, sync_to_thread=False),
             "kb_deletion_service": Provide(lambda: services.kb_deletion, sync_to_thread=False),
             "consistency_service": Provide(lambda: services.consistency, sync_to_thread=False),
@@ -261,6 +268,9 @@ def create_app(settings: ApiSettings) -> Litestar:
         ],
         logging_config=None,
     )
+    # Completed once, before /schema serves it: problem details, event streams, bodies read by hand.
+    complete_contract(app.plugins.get(OpenAPIPlugin).provide_openapi_schema())
+    return app
 
 
 def scrape_metrics(services: ApiServices, redis: Redis, checks: ReadinessChecks) -> CollectorRegistry:

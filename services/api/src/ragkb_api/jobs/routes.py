@@ -2,29 +2,24 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
-import anyio
 from anyio.to_thread import run_sync
 from litestar import Controller, Request, Response, get, post
 from litestar.params import Parameter
-from litestar.response import ServerSentEvent, ServerSentEventMessage
+from litestar.response import ServerSentEvent
 
 from ragkb_api.access import Caller
+from ragkb_api.jobs.events import JobEvents
 from ragkb_api.jobs.reindex import ReindexService
 from ragkb_api.jobs.schemas import JobOut, QueueOut, ReindexRequest, SyncPlanOut, SyncRequest
-from ragkb_api.jobs.service import RECENT_JOBS, JobService, JobSnapshot
+from ragkb_api.jobs.service import RECENT_JOBS, JobService
 from ragkb_api.knowledge_bases.schemas import KnowledgeBaseOut
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
 from ragkb_api.paging import PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
-from ragkb_core.errors import RagkbError
 from ragkb_http import access
 from ragkb_store.states import JobKind
 
-# How often an event stream looks at its job: the database is polled (progress is written by other processes).
-POLL_INTERVAL_S = 0.4
 SYNC_DESCRIPTION = """Compare the client's folder (a manifest of `source_id`, `sha256`, `size`, `mtime`) with the
 KB and answer the plan: `upload` (new, changed, or failed before), `unchanged`, `delete` (documents whose
 source_id is not in the manifest, or is excluded by the KB's sync rules) and `excluded`. Unless `dry_run`,
@@ -33,7 +28,8 @@ file with POST .../documents (multipart `file` + `source_id`), then follow GET /
 EVENTS_DESCRIPTION = """Server-sent events: `progress` {current, total, source_id, action, status, message} for
 every item as it settles (a late client first gets those already settled, or one `progress` with the current
 numbers), then `complete` {status, counts, errors}; `error` {message} if the job cannot be followed. The
-stream ends after `complete` or `error`."""
+stream ends after `complete` or `error`. A key may hold RAGKB_LIMITS__MAX_STREAMS_PER_KEY streams open at once
+(default 4); one more is refused with 429 and Retry-After."""
 
 
 REINDEX_DESCRIPTION = """A job (kind `reindex`) rebuilds every indexed document from its stored original into a new
@@ -154,56 +150,8 @@ class JobController(Controller):
         description=EVENTS_DESCRIPTION,
         opt=access("caller"),
     )
-    async def events(self, job_id: str, job_service: JobService, caller: Caller) -> ServerSentEvent:
+    async def events(
+        self, job_id: str, job_service: JobService, job_events: JobEvents, caller: Caller
+    ) -> ServerSentEvent:
         await run_sync(job_service.check_readable, job_id, caller)
-        return ServerSentEvent(follow_job(job_service, job_id), headers={"Cache-Control": "no-store"})
-
-
-async def follow_job(job_service: JobService, job_id: str) -> AsyncIterator[ServerSentEventMessage]:
-    """Poll the job until it finishes; ends (and stops polling) when it does or when the client goes away."""
-    reported: set[int] = set()
-    first = True
-    while True:
-        try:
-            snapshot = await run_sync(job_service.snapshot, job_id, reported)
-        except RagkbError as exc:
-            yield _event("error", {"message": exc.detail})
-            return
-        for message in _progress_events(snapshot, len(reported) - len(snapshot.newly_settled), first):
-            yield message
-        first = False
-        if snapshot.finished:
-            yield _event("complete", _complete(snapshot))
-            return
-        await anyio.sleep(POLL_INTERVAL_S)
-
-
-def _progress_events(snapshot: JobSnapshot, already: int, first: bool) -> list[ServerSentEventMessage]:
-    total = snapshot.job.progress.total
-    if first and not snapshot.newly_settled:
-        data = {"current": 0, "total": total, "source_id": None, "action": None, "status": None, "message": None}
-        return [_event("progress", data)]
-    return [
-        _event(
-            "progress",
-            {
-                "current": already + index,
-                "total": total,
-                "source_id": item.source_id,
-                "action": item.action,
-                "status": item.status,
-                "message": item.message,
-            },
-        )
-        for index, item in enumerate(snapshot.newly_settled, start=1)
-    ]
-
-
-def _complete(snapshot: JobSnapshot) -> dict[str, Any]:
-    job = snapshot.job
-    errors = [error.model_dump() for error in job.errors]
-    return {"status": job.status, "counts": job.counts.model_dump(), "errors": errors}
-
-
-def _event(kind: str, data: dict[str, Any]) -> ServerSentEventMessage:
-    return ServerSentEventMessage(event=kind, data=json.dumps(data, ensure_ascii=False))
+        return ServerSentEvent(job_events.follow(job_id, caller.key_id), headers={"Cache-Control": "no-store"})
