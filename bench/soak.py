@@ -75,16 +75,18 @@ class SoakClient(HttpUser):
     @task(80)
     def search(self) -> None:
         body = {"query": random.choice(QUERIES), "knowledge_base_ids": [random.choice(SHARED.kb_ids)], "top_k": 5}
-        self.client.post("/v1/search", json=body, name="search")
+        self._judged(self.client.post("/v1/search", json=body, name="search", catch_response=True))
 
     @task(15)
     def upload(self) -> None:
         kb_id, number = random.choice(SHARED.kb_ids), next(SHARED.numbers)
         body = {"text": document_text(number), "source_id": f"soak/{number}.md"}
-        response = self.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body, name="upload")
-        if response.status_code == 202:
-            with SHARED.lock:
-                SHARED.uploaded.append((kb_id, str(response.json()["id"])))
+        path = f"/v1/knowledge-bases/{kb_id}/documents"
+        with self.client.post(path, json=body, name="upload", catch_response=True) as response:
+            if response.status_code == 202:
+                with SHARED.lock:
+                    SHARED.uploaded.append((kb_id, str(response.json()["id"])))
+            self._judge(response)
 
     @task(5)
     def delete(self) -> None:
@@ -92,7 +94,20 @@ class SoakClient(HttpUser):
             if not SHARED.uploaded:
                 return
             kb_id, document_id = SHARED.uploaded.pop(random.randrange(len(SHARED.uploaded)))
-        self.client.delete(f"/v1/knowledge-bases/{kb_id}/documents/{document_id}", name="delete")
+        path = f"/v1/knowledge-bases/{kb_id}/documents/{document_id}"
+        self._judged(self.client.delete(path, name="delete", catch_response=True))
+
+    def _judged(self, response: Any) -> None:
+        with response:
+            self._judge(response)
+
+    @staticmethod
+    def _judge(response: Any) -> None:
+        """Any answer but a success is an error, reported with its status and problem detail."""
+        if not response.ok:
+            response.failure(f"{response.status_code}: {response.text[:300]}")
+        else:
+            response.success()
 
 
 # -- memory ---------------------------------------------------------------------------------------------
@@ -255,7 +270,10 @@ def main() -> None:
             "total_requests": total,
             "throughput_per_s": round(total / duration_s, 2),
             "errors": sum(row["errors"] for row in operations.values()),
-            "error_kinds": {str(key): error.occurrences for key, error in environment.stats.errors.items()},
+            "error_kinds": {
+                f"{error.method} {error.name}: {error.error}": error.occurrences
+                for error in environment.stats.errors.values()
+            },
             "operations": operations,
             "memory": memory.summary(args.warmup_minutes * 60),
             "memory_samples": memory.samples,

@@ -6,6 +6,7 @@ import logging
 
 import uvicorn
 
+from ragkb_core.retriever_client import RETRIEVER_KEEP_ALIVE_S
 from ragkb_retriever.app import create_app
 from ragkb_retriever.settings import RetrieverSettings
 
@@ -19,6 +20,8 @@ def main() -> None:
         host=settings.retriever.host,
         port=settings.retriever.port,
         log_level="info",
+        # Longer than its clients keep an idle connection (ragkb_core.retriever_client): they close it first.
+        timeout_keep_alive=RETRIEVER_KEEP_ALIVE_S,
         # SIGTERM: stop accepting, let searches and writes in flight finish, then close the index.
         timeout_graceful_shutdown=settings.retriever.drain_s,
     )
