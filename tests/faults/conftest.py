@@ -126,12 +126,17 @@ class FaultStack(RunningRagkb):
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultStack]:
-    workdir = tmp_path_factory.mktemp("ragkb-faults")
+    yield from fault_stack(tmp_path_factory.mktemp("ragkb-faults"))
+
+
+def fault_stack(workdir: Path, **overrides: str) -> Iterator[FaultStack]:
+    """The launcher on `workdir` with a redis-server of its own; `overrides` (environment) win."""
     redis_server = RedisServer(workdir)
     redis_server.start()
     env = e2e_env(workdir, redis_server.url)
     # Lost queue messages (a Redis that comes back empty) are sent again soon, not after the default 300 s.
     env["RAGKB_TASKS__PENDING_REQUEUE_AFTER_S"] = "20"
+    env.update(overrides)
     service = FaultStack(REPO, workdir, env)
     service.redis_server = redis_server
     try:
