@@ -63,7 +63,7 @@ test-integration: install redis postgres packages ## Integration tests (real Red
 test-e2e: install redis packages browser ## End-to-end tests: the real processes, driven over HTTP and in a browser
 	$(PY) -m pytest tests/e2e -q
 
-test-faults: install redis packages ## The fault suite: worker, retriever, api, Redis and PostgreSQL killed under load on private stacks (~12 min; make test runs its first fault only)
+test-faults: install redis packages ## The fault suite: worker, retriever, api, Redis and PostgreSQL killed, the blob disk filled, under load on private stacks (~15 min; make test runs its first fault only)
 	mkdir -p var && rm -f var/fault-report.jsonl
 	RAGKB_FAULT_SUITE=full RAGKB_FAULT_REPORT=var/fault-report.jsonl $(PY) -m pytest tests/faults -q
 
