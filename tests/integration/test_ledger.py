@@ -18,7 +18,7 @@ from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, Job, KnowledgeBase
 from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger, DocumentScope, NewVersion
 from ragkb_store.ledger.jobs import requeue_failed_documents, start_job
-from ragkb_store.states import DocumentStatus, JobKind, JobStatus
+from ragkb_store.states import DocumentStatus, JobKind, JobStatus, Lane
 from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration
@@ -184,7 +184,7 @@ def test_a_filtered_key_touches_only_documents_inside_its_filter(ledger: Documen
     changed = ledger.change_fields(
         kb_id, public.id, {"labels": ["public", "faq"]}, requested_doc_type=None, scope=PUBLIC_ONLY, publish=_no
     )
-    assert changed.labels == ["public", "faq"]
+    assert changed.document.labels == ["public", "faq"] and not changed.requeued
     with ledger._sessions() as session:
         assert session.get_one(Document, private.id).labels == ["private"]  # untouched
 
@@ -216,10 +216,11 @@ def test_retry_failed_requeues_only_what_the_key_may_touch(ledger: DocumentLedge
         ledger.fail(claim, "broken")
     with transaction(ledger._sessions) as session:
         job_id = start_job(session, JobKind.RETRY, kb_id)
-        requeued = requeue_failed_documents(session, job_id, kb_id, PUBLIC_ONLY)
+        requeued, lane = requeue_failed_documents(session, job_id, kb_id, PUBLIC_ONLY, interactive_max_documents=10)
     with ledger._sessions() as session:
         statuses = {d.source_id: d.status for d in session.scalars(select(Document).where(Document.kb_id == kb_id))}
     assert len(requeued) == 1
+    assert lane == Lane.INTERACTIVE  # one document: not bulk work
     assert statuses == {"p.md": DocumentStatus.PENDING, "q.md": DocumentStatus.FAILED}
 
 
@@ -240,3 +241,31 @@ def test_blobs_in_use_are_found_in_any_number(ledger: DocumentLedger, kb_id: str
 
 def _no(document: Document, changes: dict[str, object]) -> None:
     """No index to publish to: these documents were never indexed."""
+
+
+def test_a_new_title_queues_an_indexed_document_again_as_its_next_version(
+    ledger: DocumentLedger, kb_id: str, sessions: sessionmaker[Session]
+) -> None:
+    """Issue 21: the title is embedded and keyword-indexed, so a PATCH of it must rebuild the document."""
+    document_id = ledger.record_version(version(kb_id)).document.id
+    pending = ledger.change_fields(
+        kb_id, document_id, {"title": "early"}, requested_doc_type=None, scope=EVERY_DOCUMENT, publish=_no
+    )
+    assert not pending.requeued  # not built yet: its worker reads the title when it embeds
+    claim = ledger.claim(document_id)
+    assert claim is not None and claim.title == "early"
+    assert ledger.finish(claim, 1, {}, {})
+    same = ledger.change_fields(
+        kb_id, document_id, {"title": "early"}, requested_doc_type=None, scope=EVERY_DOCUMENT, publish=_no
+    )
+    assert not same.requeued
+    renamed = ledger.change_fields(
+        kb_id, document_id, {"title": "Renamed"}, requested_doc_type=None, scope=EVERY_DOCUMENT, publish=_no
+    )
+    assert renamed.requeued
+    assert (renamed.document.version, renamed.document.status, renamed.document.indexed_version) == (2, "pending", 1)
+    with sessions() as session:
+        jobs = session.scalars(select(Job).where(Job.document_id == document_id).order_by(Job.created_at)).all()
+        assert [job.status for job in jobs][-1] == "queued"
+    rebuilt = ledger.claim(document_id)
+    assert rebuilt is not None and (rebuilt.version, rebuilt.title) == (2, "Renamed")

@@ -18,6 +18,7 @@ from ragkb_api.evaluations.beir import from_json
 from ragkb_api.evaluations.question_sets import QuestionSetService
 from ragkb_api.evaluations.schemas import EvaluationRequest, RunSpec
 from ragkb_api.evaluations.service import EvaluationService
+from ragkb_api.rate_limit import RateLimitSettings, TokenBuckets
 from ragkb_api.search.schemas import SearchRequest, SearchResponse
 from ragkb_api.settings import ApiSettings
 from ragkb_core.contracts import SearchHit
@@ -32,6 +33,8 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore:Deprecated 'query' parameter:DeprecationWarning"),
 ]
 ADMIN_KEY = secrets.token_urlsafe(32)
+# The evaluations here test scoring, not the rate limit (tests/integration/test_api_limits.py does).
+UNLIMITED = TokenBuckets(RateLimitSettings(requests_per_minute=0))
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 KB_ID = "a" * 32
 SET = {
@@ -158,7 +161,7 @@ def test_an_evaluation_reduces_passages_to_documents_and_compares_two_runs(tmp_p
         }
     )
     request = EvaluationRequest(question_set_id=set_id, mode="hybrid", compare=RunSpec(mode="keyword"), depth=20)
-    result = EvaluationService(sets, search).evaluate(KB_ID, request, Caller(key_id="k", role="admin"))
+    result = EvaluationService(sets, search, UNLIMITED).evaluate(KB_ID, request, Caller(key_id="k", role="admin"))
     assert {r.top_k for r in search.requests} == {20}
     per_query = {q.query_id: q for q in result.per_query}
     assert per_query["q1"].ranked == ["parking", "leave", "remote"]
@@ -172,6 +175,6 @@ def test_an_evaluation_reduces_passages_to_documents_and_compares_two_runs(tmp_p
         "ties": 0,
     }
     with pytest.raises(NotFound):
-        EvaluationService(sets, search).evaluate(
+        EvaluationService(sets, search, UNLIMITED).evaluate(
             KB_ID, EvaluationRequest(question_set_id="nope"), Caller(key_id="k", role="admin")
         )

@@ -106,3 +106,19 @@ def test_memory_store_keeps_buckets_in_the_process(database: redis.Redis) -> Non
     assert spent(first, "k", 3)[0] == 2
     assert spent(second, "k", 3)[0] == 2
     assert database.keys(REDIS_KEY_PREFIX + "*") == []
+
+
+def test_a_request_worth_many_tokens_spends_them_at_once_or_nothing_and_a_large_one_leaves_a_debt(
+    database: redis.Redis,
+) -> None:
+    slow = limiter(database, 1, 5)  # one token a minute
+    slow.take("k", 3)
+    with pytest.raises(TooManyRequests):
+        slow.take("k", 3)  # two left: refused whole
+    assert float(database.hget(REDIS_KEY_PREFIX + "k", "tokens") or 0) == pytest.approx(2, abs=0.01)
+    large = limiter(database, 1, 5)
+    large.take("fresh", 12)  # a full bucket lets one larger than the burst through, in debt
+    assert float(database.hget(REDIS_KEY_PREFIX + "fresh", "tokens") or 0) == pytest.approx(-7, abs=0.01)
+    with pytest.raises(TooManyRequests) as indebted:
+        large.take("fresh")
+    assert indebted.value.retry_after_s >= 7 * 60

@@ -19,7 +19,7 @@ from ragkb_http import PROBLEM_HANDLERS, service_token_guard
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.routes import IndexController
 from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
-from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase
+from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, Source
 
 
 @contextmanager
@@ -32,6 +32,7 @@ def migrated_sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
         session.execute(delete(JobItem))
         session.execute(delete(Job))
         session.execute(delete(Document))
+        session.execute(delete(Source))
         session.execute(delete(KnowledgeBase))
     engine.dispose()
 

@@ -21,7 +21,8 @@ from ragkb_api.settings import ApiSettings
 from ragkb_core.settings_doc import env_variables
 from ragkb_retriever.settings import RetrieverSettings
 from ragkb_store.db.__main__ import _MigrateSettings
-from ragkb_store.queue import INGEST_QUEUE
+from ragkb_store.queue import INGEST_QUEUE, broker_lists
+from ragkb_store.states import Lane
 from ragkb_worker.settings import WorkerSettings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -240,14 +241,16 @@ def test_autoscalers_scale_workloads_that_exist(rendered: dict[str, list[Obj]], 
         assert scaler["spec"]["minReplicas"] <= scaler["spec"]["maxReplicas"]
 
 
-def test_keda_scales_the_worker_on_its_queue(rendered: dict[str, list[Obj]]) -> None:
+def test_keda_scales_the_worker_on_both_lanes(rendered: dict[str, list[Obj]]) -> None:
     (scaled,) = of_kind(rendered["production+keda"], "ScaledObject").values()
     assert scaled["spec"]["scaleTargetRef"]["name"] in of_kind(rendered["production+keda"], "Deployment")
-    (trigger,) = scaled["spec"]["triggers"]
-    assert trigger["type"] == "redis"
-    assert trigger["metadata"]["listName"] == INGEST_QUEUE
+    triggers = scaled["spec"]["triggers"]
+    # Interactive messages are sent at priority 0 only (its one list); bulk ones at every priority step.
+    assert [trigger["metadata"]["listName"] for trigger in triggers] == [INGEST_QUEUE, *broker_lists(Lane.BULK)]
     namespace = scaled["metadata"]["namespace"]
-    assert trigger["metadata"]["address"] == f"redis.{namespace}.svc.cluster.local:6379"
+    for trigger in triggers:
+        assert trigger["type"] == "redis"
+        assert trigger["metadata"]["address"] == f"redis.{namespace}.svc.cluster.local:6379"
     assert scaled["spec"]["minReplicaCount"] >= 1  # the worker runs the sweeper
     assert "ScaledObject" not in {o["kind"] for o in rendered["production"]}  # optional
 
@@ -297,7 +300,8 @@ def test_only_the_api_is_reachable_from_outside(rendered: dict[str, list[Obj]], 
     for name in workloads(objects):
         opened = None in _allowed_sources(objects, name)
         assert opened == (name == "api"), name
-    assert set(_allowed_sources(objects, "retriever")) == {"api", "worker"}
+    # Prometheus scrapes the retriever's /metrics from its own namespace (issue 23).
+    assert set(_allowed_sources(objects, "retriever")) == {"api", "worker", "namespace:monitoring"}
     for service in of_kind(objects, "Service").values():
         assert service["spec"].get("type", "ClusterIP") == "ClusterIP"
     for ingress in of_kind(objects, "Ingress").values():

@@ -53,3 +53,29 @@ def test_zero_requests_per_minute_disables_the_limit() -> None:
     limiter = buckets(0, 1, FakeClock())
     for _ in range(1000):
         limiter.take("k")
+
+
+def test_a_request_worth_many_spends_that_many_or_nothing() -> None:
+    clock = FakeClock()
+    limiter = buckets(60, 5, clock)
+    limiter.take("k", 3)
+    with pytest.raises(TooManyRequests) as refused:
+        limiter.take("k", 3)  # two left: refused whole, and it spends nothing
+    assert refused.value.retry_after_s == 1
+    limiter.take("k", 2)
+    with pytest.raises(TooManyRequests):
+        limiter.take("k")
+
+
+def test_a_request_worth_more_than_the_burst_needs_a_full_bucket_and_leaves_a_debt() -> None:
+    clock = FakeClock()
+    limiter = buckets(60, 5, clock)  # one token a second
+    limiter.take("k")
+    with pytest.raises(TooManyRequests) as refused:
+        limiter.take("k", 20)
+    assert refused.value.retry_after_s == 1  # until the bucket is full again
+    clock.now += 1
+    limiter.take("k", 20)  # full: runs, 15 tokens in debt
+    with pytest.raises(TooManyRequests) as indebted:
+        limiter.take("k")
+    assert indebted.value.retry_after_s == 16

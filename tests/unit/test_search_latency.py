@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from ragkb_api.search.service import with_query
-from ragkb_api.timing import StageTimings
+from ragkb_api.timing import StageTimings, server_timing
 from ragkb_core.contracts import SearchHit, SearchResult
 from ragkb_core.errors import Unavailable
 from ragkb_core.settings import EmbeddingSettings
@@ -110,7 +110,7 @@ def test_server_timing_names_every_stage_and_the_total() -> None:
         pass
     with timings.stage("retriever"):
         pass
-    header = timings.header(auth=0.25)
+    header = server_timing(timings.all_ms(auth=0.25))
     names = [metric.split(";")[0] for metric in header.split(", ")]
     assert names == ["auth", "kbs", "retriever", "total"]
     assert all(";dur=" in metric for metric in header.split(", "))

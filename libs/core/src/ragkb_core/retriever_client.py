@@ -23,6 +23,7 @@ from ragkb_core.contracts import (
 )
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, RagkbError, Unavailable
 from ragkb_core.kb_settings import KbIndexLayout
+from ragkb_core.request_context import REQUEST_ID_HEADER, request_id
 from ragkb_core.settings import RetrieverClientSettings
 
 INTERNAL_PREFIX = "/internal/v1"
@@ -39,8 +40,13 @@ CLIENT_KEEP_ALIVE_S = 30
 class RetrieverClient:
     def __init__(self, settings: RetrieverClientSettings, service_token: SecretStr | None) -> None:
         headers = {SERVICE_TOKEN_HEADER: service_token.get_secret_value()} if service_token else {}
-        limits = httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_S)
-        self._http = httpx.Client(base_url=settings.url, timeout=settings.timeout_s, headers=headers, limits=limits)
+        self._http = httpx.Client(
+            base_url=settings.url,
+            timeout=settings.timeout_s,
+            headers=headers,
+            limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_S),
+            event_hooks={"request": [_carry_request_id]},
+        )
 
     def create_kb(self, kb_id: str, layout: KbIndexLayout | None = None) -> KbIndexInfo:
         """Create the KB's index (idempotent); `layout` on a Qdrant cluster, fields left out from the defaults."""
@@ -183,3 +189,10 @@ def _problem_detail(response: httpx.Response) -> str:
         return str(response.json().get("detail", response.text))
     except ValueError:
         return response.text[:200]
+
+
+def _carry_request_id(request: httpx.Request) -> None:
+    """The retriever logs its part of a request under the caller's request id."""
+    current = request_id.get()
+    if current:
+        request.headers[REQUEST_ID_HEADER] = current

@@ -225,6 +225,17 @@ class JobSettings(BaseModel):
         description="How long a sync job waits for the uploads its plan asked for (and for their processing) "
         "before it fails the items still open: a job never stays running for ever.",
     )
+    interactive_max_documents: int = Field(
+        default=10,
+        ge=0,
+        description="A batch upload (or a retry of a KB's failed documents) of at most this many documents is "
+        "interactive: queued ahead of bulk work (larger batches, a sync's uploads, re-indexes).",
+    )
+    fair_queueing: bool = Field(
+        default=True,
+        description="Interactive uploads before bulk work, and a KB with a small backlog before one with a large "
+        "one. False: every document in one queue in arrival order (for comparison: bench/fair_queueing.py).",
+    )
 
 
 class HttpServerSettings(BaseModel):
@@ -235,6 +246,28 @@ class HttpServerSettings(BaseModel):
     # warm shutdown). Then it cancels the rest: a request cut short is the client's to retry, a task's document
     # is queued again. A process manager must wait longer than this before it kills (docker-compose.yml).
     drain_s: int = Field(default=10, ge=0)
+
+
+class LogSettings(BaseModel):
+    # console: one readable line per event (what `make run` shows); json: one JSON object per line, with the
+    # request id, trace id and KB/document ids as fields, for a log pipeline (Loki, Elasticsearch, CloudWatch).
+    format: Literal["console", "json"] = "console"
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+
+
+class MetricsSettings(BaseModel):
+    # GET /metrics (Prometheus text format) on the api and the retriever, and on the worker's health port.
+    enabled: bool = True
+    token: SecretStr | None = Field(
+        default=None,
+        description="If set, a scrape of /metrics must send `Authorization: Bearer <token>` (unset: /metrics is "
+        "public, like /health; it carries counts and timings, never a KB name, a query or a key).",
+    )
+
+    @field_validator("token")
+    @classmethod
+    def _empty_means_none(cls, value: SecretStr | None) -> SecretStr | None:
+        return value if value is not None and value.get_secret_value() else None
 
 
 # Secrets an operator chooses (bootstrap admin key, service token) must be at least this long.
@@ -263,3 +296,35 @@ SERVICE_TOKEN_DESCRIPTION = (
     "Shared secret that the api and the worker send to the retriever's internal API and that the retriever "
     "requires (header X-Ragkb-Service-Token). `make run` generates one per run when unset."
 )
+
+
+class SourceSettings(BaseModel):
+    """Sources a KB reads itself (connectors: folder, web site, Git repository) and their schedules."""
+
+    folder_roots: list[Path] = Field(
+        default_factory=list,
+        description="The folders a `folder` source (or a `git` source given as a local path) may read, as a "
+        'JSON list (e.g. ["/srv/shares"]); a path outside every root is refused (422). Empty: none may.',
+    )
+    credentials_key: SecretStr | None = Field(
+        default=None,
+        description="Fernet key (`python -c 'from cryptography.fernet import Fernet; "
+        "print(Fernet.generate_key().decode())'`) that encrypts a source's credentials at rest. Unset: a source "
+        "with credentials is refused (422).",
+    )
+    scheduler: bool = Field(default=True, description="Whether this api process runs the sources' schedules.")
+    scheduler_tick_s: float = Field(default=15.0, gt=0, description="How often the scheduler looks for due sources.")
+    min_interval_s: int = Field(default=60, ge=1, description="The shortest `interval_s` a source may have.")
+    lease_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="How long a claimed run holds its source (renewed while it reads); a run whose process died "
+        "frees its source when this passes.",
+    )
+    fetch_timeout_s: float = Field(default=30.0, gt=0, description="Seconds one web or Git fetch may take.")
+    max_items: int = Field(default=10_000, ge=1, description="Most items one run of a source reads.")
+
+    @field_validator("credentials_key")
+    @classmethod
+    def _unset_when_empty(cls, value: SecretStr | None) -> SecretStr | None:
+        return value if value is not None and value.get_secret_value() else None

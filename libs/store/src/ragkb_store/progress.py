@@ -86,6 +86,12 @@ def refresh_job(session: Session, job: Job, upload_wait_s: float, now: datetime 
     if job.status in FINISHED_JOB_STATUSES or job.kb_id is None or job.kind in WORKER_SETTLED_KINDS:
         return
     now = now or utcnow()
+    # A queued source run has no plan yet (ragkb_store.ledger.sources): nothing to settle; one that never
+    # started (its process died) fails at the deadline like any item.
+    if job.status == JobStatus.QUEUED:
+        if now > as_utc(job.created_at) + timedelta(seconds=upload_wait_s):
+            fail_job(session, job.id, f"the source run did not start within {upload_wait_s:g} s")
+        return
     items = session.scalars(select(JobItem).where(JobItem.job_id == job.id, JobItem.status == JobItemStatus.PENDING))
     open_items = list(items)
     documents = _documents_by_source(session, job.kb_id, {item.source_id for item in open_items})

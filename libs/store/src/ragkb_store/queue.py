@@ -1,6 +1,11 @@
 """The Celery application shared by the api (which sends tasks by name) and the worker (which runs them).
 
 The api never imports worker code: it only knows task names and their arguments, listed here.
+
+Two lanes (ragkb_store.states.Lane), each a queue: the worker takes from `ingest` (interactive) before
+`ingest-bulk`, one message per free process, so a single upload waits at most for a running task, never
+behind another KB's import. Within the bulk lane, a message's priority grows with its KB's backlog: a KB with
+a few bulk documents goes ahead of one with a hundred thousand.
 """
 
 from __future__ import annotations
@@ -8,6 +13,8 @@ from __future__ import annotations
 from celery import Celery
 
 from ragkb_core.settings import RedisSettings
+from ragkb_store.ledger import DocumentLedger
+from ragkb_store.states import Lane
 
 INGEST_DOCUMENT = "ragkb.ingest_document"
 # A re-index: every document into the new generation, then the check and the switch.
@@ -16,7 +23,16 @@ FINISH_REINDEX = "ragkb.finish_reindex"
 # A KB deletion job: index, documents in batches, blobs only they used, then the KB row.
 DELETE_KB = "ragkb.delete_kb"
 INGEST_QUEUE = "ingest"
+BULK_QUEUE = "ingest-bulk"
+QUEUE_OF_LANE = {Lane.INTERACTIVE: INGEST_QUEUE, Lane.BULK: BULK_QUEUE}
+# The order the worker consumes them in (queue_order_strategy "priority"): interactive first.
+WORKER_QUEUES = (INGEST_QUEUE, BULK_QUEUE)
 TASK_NAMES = (INGEST_DOCUMENT, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB)
+# Kombu keeps one Redis list per priority step (0 is taken first): `ingest-bulk`, `ingest-bulk\x06\x163`, ...
+PRIORITY_STEPS = (0, 3, 6, 9)
+PRIORITY_KEY_SEPARATOR = "\x06\x16"
+# A bulk message's priority goes down one step for every this many documents of its KB already waiting.
+BACKLOG_PER_PRIORITY = 50
 
 
 def make_celery(settings: RedisSettings) -> Celery:
@@ -33,6 +49,10 @@ def make_celery(settings: RedisSettings) -> Celery:
         # Redelivery after a lost worker waits this long; ingest tasks are bounded well below it.
         broker_transport_options={
             "visibility_timeout": 3600,
+            # Interactive before bulk: the queues are polled in the order the worker names them (WORKER_QUEUES),
+            # not in turns; and within a queue, priority 0 first.
+            "queue_order_strategy": "priority",
+            "priority_steps": list(PRIORITY_STEPS),
             # A hung Redis must not hang an upload or a worker: socket operations give up (kombu's own
             # blocking reads poll for 1 s, well below this).
             "socket_timeout": 10,
@@ -49,17 +69,49 @@ def make_celery(settings: RedisSettings) -> Celery:
     return app
 
 
-def enqueue_ingest(app: Celery, document_id: str) -> None:
-    app.send_task(INGEST_DOCUMENT, args=[document_id], queue=INGEST_QUEUE)
+def bulk_priority(backlog: int) -> int:
+    """The priority of a bulk message whose KB has `backlog` documents waiting in the bulk lane (0 is first):
+    a KB's first 50 at 0, the next 50 at 3, then 6, and the rest of a large import at 9."""
+    return PRIORITY_STEPS[min(backlog // BACKLOG_PER_PRIORITY, len(PRIORITY_STEPS) - 1)]
 
 
-def enqueue_reindex_document(app: Celery, job_id: str, document_id: str) -> None:
-    app.send_task(REINDEX_DOCUMENT, args=[job_id, document_id], queue=INGEST_QUEUE)
+def broker_lists(lane: Lane) -> list[str]:
+    """The Redis lists that hold the lane's waiting messages, one per priority step."""
+    queue = QUEUE_OF_LANE[lane]
+    return [queue] + [f"{queue}{PRIORITY_KEY_SEPARATOR}{step}" for step in PRIORITY_STEPS if step]
+
+
+def enqueue_ingest(app: Celery, document_id: str, lane: Lane = Lane.INTERACTIVE, priority: int = 0) -> None:
+    app.send_task(INGEST_DOCUMENT, args=[document_id], queue=QUEUE_OF_LANE[lane], priority=priority)
+
+
+def enqueue_reindex_document(app: Celery, job_id: str, document_id: str, priority: int = 0) -> None:
+    """A re-index rebuilds a whole KB: bulk work."""
+    app.send_task(REINDEX_DOCUMENT, args=[job_id, document_id], queue=BULK_QUEUE, priority=priority)
 
 
 def enqueue_finish_reindex(app: Celery, job_id: str) -> None:
-    app.send_task(FINISH_REINDEX, args=[job_id], queue=INGEST_QUEUE)
+    # Ahead of other KBs' bulk work: the KB's new generation waits only for this check and switch.
+    app.send_task(FINISH_REINDEX, args=[job_id], queue=BULK_QUEUE, priority=0)
 
 
 def enqueue_delete_kb(app: Celery, job_id: str) -> None:
-    app.send_task(DELETE_KB, args=[job_id], queue=INGEST_QUEUE)
+    # One long task (every document of the KB): in the bulk lane, so that uploads do not wait for it.
+    app.send_task(DELETE_KB, args=[job_id], queue=BULK_QUEUE, priority=0)
+
+
+class IngestQueue:
+    """Sends documents to be ingested on their lane, a bulk one at its KB's backlog's priority; or, without
+    fair queueing, every one to the one queue in arrival order."""
+
+    def __init__(self, app: Celery, ledger: DocumentLedger, fair: bool) -> None:
+        self._app = app
+        self._ledger = ledger
+        self._fair = fair
+
+    def send(self, document_id: str, kb_id: str, lane: Lane) -> None:
+        if not self._fair or lane == Lane.INTERACTIVE:
+            enqueue_ingest(self._app, document_id)
+            return
+        priority = bulk_priority(self._ledger.bulk_backlog(kb_id))
+        enqueue_ingest(self._app, document_id, Lane.BULK, priority)

@@ -13,6 +13,20 @@ class DocumentStatus(StrEnum):
     FAILED = "failed"
 
 
+class Lane(StrEnum):
+    """Which queue a document's ingestion waits in: `interactive` (a single upload, a small batch) is taken
+    before `bulk` (a large batch, a sync's uploads, a bulk retry, a re-index), so that one KB's import does
+    not hold another KB's upload (ragkb_store.queue)."""
+
+    INTERACTIVE = "interactive"
+    BULK = "bulk"
+
+
+def lane_of_batch(documents: int, interactive_max_documents: int) -> Lane:
+    """A batch of documents (an upload of several, a retry of a KB's failed ones) is interactive while small."""
+    return Lane.INTERACTIVE if documents <= interactive_max_documents else Lane.BULK
+
+
 class JobStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
@@ -32,6 +46,14 @@ class JobKind(StrEnum):
     REINDEX = "reindex"
     # A whole KB deleted: index, documents in batches, blobs only they used, then the row.
     KB_DELETE = "kb_delete"
+
+
+class SourceRunStatus(StrEnum):
+    """How a source's last run ended (reading the source and handing its changes over; the job tracks their
+    indexing)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
 
 
 class JobItemStatus(StrEnum):

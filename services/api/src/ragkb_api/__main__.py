@@ -2,25 +2,26 @@
 
 from __future__ import annotations
 
-import logging
-
 import uvicorn
 
 from ragkb_api.app import create_app
 from ragkb_api.settings import ApiSettings
+from ragkb_telemetry.logs import configure_logging
+from ragkb_telemetry.tracing import start_tracing
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s api %(levelname)s %(name)s: %(message)s")
-    # httpx logs every call to the retriever at INFO: a second line per search beside the access log, and
-    # time on the request's path.
-    logging.getLogger("httpx").setLevel(logging.WARNING)
     settings = ApiSettings()
+    configure_logging("api", settings.log)
+    # Before the app builds its engine and its retriever client, which the instrumentation must see made.
+    start_tracing("api")
     uvicorn.run(
         create_app(settings),
         host=settings.api.host,
         port=settings.api.port,
-        log_level="info",
+        # Our logging, not uvicorn's; each request is logged once, with its id (ragkb_http.observability).
+        log_config=None,
+        access_log=False,
         # SIGTERM: stop accepting, let requests in flight finish (an event stream ends at the bound).
         timeout_graceful_shutdown=settings.api.drain_s,
     )

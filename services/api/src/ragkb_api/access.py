@@ -20,8 +20,9 @@ from ragkb_store.ledger import DocumentScope
 Role = Literal["admin", "client"]
 Permission = Literal["read", "write"]
 # What a route needs, declared in its handler's `opt` (ragkb_http.access): "public" (no key), "caller" (any
-# valid key; the service scopes the answer), "read"/"write" (that permission on the path's KB), "admin".
-Access = Literal["public", "caller", "read", "write", "admin"]
+# valid key; the service scopes the answer), "read"/"write" (that permission on the path's KB), "admin", and
+# "dify" (any valid key, refused in the error shape of Dify's External Knowledge API).
+Access = Literal["public", "caller", "read", "write", "admin", "dify"]
 # Undeclared routes need an admin key: whatever is added later is closed until someone opens it on purpose.
 DEFAULT_ACCESS: Access = "admin"
 KEY_SCHEME = "rk"

@@ -10,6 +10,7 @@ from litestar import Litestar, Router
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
 from litestar.openapi.spec import Components, SecurityScheme
+from prometheus_client import CollectorRegistry
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
@@ -17,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import InterfaceError as DatabaseInterfaceError
 from sqlalchemy.exc import OperationalError as DatabaseUnavailable
 from sqlalchemy.exc import TimeoutError as DatabasePoolTimeout
+from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.console.routes import ConsoleController
 from ragkb_api.console.sessions import ConsoleSessions
@@ -46,14 +48,36 @@ from ragkb_api.rate_limit import RateLimiter, build_rate_limiter
 from ragkb_api.search.routes import SearchController
 from ragkb_api.search.service import SearchService
 from ragkb_api.settings import ApiSettings
+from ragkb_api.sources.credentials import CredentialVault
+from ragkb_api.sources.routes import SourceController
+from ragkb_api.sources.runner import SourceRunner
+from ragkb_api.sources.scheduler import SourceScheduler
+from ragkb_api.sources.service import SourceService
 from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
+from ragkb_core.health import ReadinessChecks, run_checks
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_http import PROBLEM_HANDLERS, PUBLIC, access, dependency_error_handlers, health_router
+from ragkb_http import (
+    PROBLEM_HANDLERS,
+    PUBLIC,
+    JsonBodyRequest,
+    access,
+    dependency_error_handlers,
+    health_router,
+    refuse_nul_in_url,
+)
+from ragkb_http.observability import metrics_router, observation_middleware, tracing_plugins
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers, migrate_to_head
-from ragkb_store.queue import make_celery
+from ragkb_store.ledger import DocumentLedger
+from ragkb_store.ledger.sources import SourceLedger
+from ragkb_store.queue import QUEUE_OF_LANE, IngestQueue, broker_lists, make_celery
+from ragkb_store.state_counts import documents_by_status, jobs_by_kind_and_status, live_points_by_kb
+from ragkb_store.states import Lane
+from ragkb_telemetry.exposition import QueueCollector, ScrapeGauge, scrape_registry
+from ragkb_telemetry.tasks import carry_request_id_in_tasks
+from ragkb_telemetry.tracing import tracing_configured
 
 # Multipart framing and the form fields around the file may add this much to the declared body size.
 MULTIPART_OVERHEAD_BYTES = 1024 * 1024
@@ -62,6 +86,7 @@ MULTIPART_OVERHEAD_BYTES = 1024 * 1024
 @dataclass(frozen=True)
 class ApiServices:
     engine: Engine
+    sessions: sessionmaker[Session]
     queue: Celery
     retriever: RetrieverClient
     knowledge_bases: KnowledgeBaseService
@@ -79,6 +104,9 @@ class ApiServices:
     consistency: ConsistencyService
     backups: BackupService
     document_sources: DocumentSourceService
+    sources: SourceService
+    source_runner: SourceRunner
+    source_scheduler: SourceScheduler
 
 
 def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
@@ -92,16 +120,30 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     search = SearchService(sessions, retriever, settings.limits)
     api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None)
     tools = ToolService(sessions, blobs, retriever, search)
-    documents = DocumentService(sessions, blobs, queue, retriever, settings.limits)
+    ingest_queue = IngestQueue(queue, DocumentLedger(sessions), settings.jobs.fair_queueing)
+    documents = DocumentService(sessions, blobs, ingest_queue, retriever, limits=settings.limits, jobs=settings.jobs)
     question_sets = QuestionSetService(sessions, settings.limits)
     knowledge_bases = KnowledgeBaseService(sessions, retriever)
+    jobs = JobService(sessions, documents, ingest_queue, settings.jobs)
+    source_ledger = SourceLedger(sessions, settings.sources.lease_s)
+    vault = CredentialVault(settings.sources.credentials_key)
+    runner = SourceRunner(
+        sessions,
+        source_ledger,
+        jobs,
+        documents,
+        vault=vault,
+        settings=settings.sources,
+        max_bytes=settings.limits.max_upload_bytes,
+    )
     return ApiServices(
         engine=engine,
+        sessions=sessions,
         queue=queue,
         retriever=retriever,
         knowledge_bases=knowledge_bases,
         documents=documents,
-        jobs=JobService(sessions, documents, queue, settings.jobs),
+        jobs=jobs,
         search=search,
         api_keys=api_keys,
         tools=tools,
@@ -109,7 +151,8 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         # The same limiter as the guard's: a key's rate limit counts its Dify calls too.
         dify=DifyService(sessions, api_keys, limiter, search),
         question_sets=question_sets,
-        evaluations=EvaluationService(question_sets, search),
+        # Evaluations spend one token of the caller's rate limit per search they run.
+        evaluations=EvaluationService(question_sets, search, limiter),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
         kb_deletion=KbDeletionService(sessions, queue),
         consistency=ConsistencyService(sessions, retriever, queue),
@@ -117,6 +160,9 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
             sessions, blobs, retriever, queue, knowledge_bases, max_restore_bytes=settings.limits.max_restore_bytes
         ),
         document_sources=DocumentSourceService(sessions, blobs, retriever),
+        sources=SourceService(sessions, vault, runner, settings.sources),
+        source_runner=runner,
+        source_scheduler=SourceScheduler(source_ledger, runner, settings.sources.scheduler_tick_s),
     )
 
 
@@ -131,9 +177,12 @@ def create_app(settings: ApiSettings) -> Litestar:
         "retriever": services.retriever.ready,
     }
     console_sessions = ConsoleSessions(redis, settings.console)
+    # Tasks this api queues carry the request id that queued them, and their publication time (queue age).
+    carry_request_id_in_tasks()
     return Litestar(
         route_handlers=[
             health_router(checks),
+            metrics_router(scrape_metrics(services, redis, checks), settings.metrics),
             KnowledgeBaseController,
             backup_router(settings.limits.max_restore_bytes),
             DocumentController,
@@ -149,10 +198,11 @@ def create_app(settings: ApiSettings) -> Litestar:
             QuestionSetController,
             EvaluationController,
             DocumentSourceController,
+            SourceController,
             ConsoleController,
         ],
         # Every route is authenticated and authorised here, by what its handler declares (admin if nothing).
-        guards=[AccessGuard(services.api_keys, limiter, console_sessions)],
+        guards=[AccessGuard(services.api_keys, limiter, console_sessions, services.dify)],
         dependencies={
             "kb_service": Provide(lambda: services.knowledge_bases, sync_to_thread=False),
             "document_service": Provide(lambda: services.documents, sync_to_thread=False),
@@ -169,6 +219,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             "question_set_service": Provide(lambda: services.question_sets, sync_to_thread=False),
             "evaluation_service": Provide(lambda: services.evaluations, sync_to_thread=False),
             "document_source_service": Provide(lambda: services.document_sources, sync_to_thread=False),
+            "source_service": Provide(lambda: services.sources, sync_to_thread=False),
             "console_sessions": Provide(lambda: console_sessions, sync_to_thread=False),
             "caller": Provide(provide_caller, sync_to_thread=False),
         },
@@ -184,6 +235,12 @@ def create_app(settings: ApiSettings) -> Litestar:
                 BrokerUnavailable,
             ),
         },
+        # JSON bodies: 415 when declared as another type, 422 when malformed or nested past the decoder.
+        request_class=JsonBodyRequest,
+        # A NUL in a path or query parameter: 422 before any handler (request text never holds one).
+        before_request=refuse_nul_in_url,
+        middleware=observation_middleware("api"),
+        plugins=tracing_plugins(tracing_configured()),
         openapi_config=OpenAPIConfig(
             title="ragkb",
             version="1.0.0",
@@ -193,6 +250,43 @@ def create_app(settings: ApiSettings) -> Litestar:
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
         ),
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
-        on_shutdown=[services.retriever.close, services.engine.dispose, redis.close, limiter.close],
+        on_startup=[services.source_scheduler.start] if settings.sources.scheduler else [],
+        on_shutdown=[
+            services.source_scheduler.stop,
+            services.source_runner.stop,
+            services.retriever.close,
+            services.engine.dispose,
+            redis.close,
+            limiter.close,
+        ],
         logging_config=None,
+    )
+
+
+def scrape_metrics(services: ApiServices, redis: Redis, checks: ReadinessChecks) -> CollectorRegistry:
+    """The api's metrics, and what is read at each scrape: its readiness checks, the queue (any api sees it,
+    so its depth and age are known while every worker is down) and the ledger's counts."""
+    return scrape_registry(
+        ScrapeGauge(
+            "ragkb_dependency_ready",
+            "1 when the api's readiness check of a dependency (database, redis, retriever) passes, else 0.",
+            ["dependency"],
+            lambda: {(name,): float(ok) for name, ok in run_checks(checks).items()},
+        ),
+        QueueCollector(redis, {QUEUE_OF_LANE[lane]: broker_lists(lane) for lane in Lane}),
+        ScrapeGauge(
+            "ragkb_documents", "Documents by status.", ["status"], lambda: documents_by_status(services.sessions)
+        ),
+        ScrapeGauge(
+            "ragkb_jobs",
+            "Jobs by kind and status.",
+            ["kind", "status"],
+            lambda: jobs_by_kind_and_status(services.sessions),
+        ),
+        ScrapeGauge(
+            "ragkb_index_points",
+            "Points (chunks) each KB's live index serves, as the ledger records them.",
+            ["kb_id"],
+            lambda: live_points_by_kb(services.sessions),
+        ),
     )

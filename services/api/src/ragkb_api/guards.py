@@ -8,7 +8,10 @@ never attaches an Authorization header on its own. The guard then checks what th
 (`opt=access(...)`, admin when undeclared) against the caller's role and its grant for the path's `kb_id`
 (403, or 404 for a KB the caller may not read), and leaves the caller in the request state for the
 handlers that scope their answers (KB list, search). An authenticated caller then spends one token of its
-key's rate limit (429 when spent; ragkb_api.rate_limit); refused and public requests cost none."""
+key's rate limit (429 when spent; ragkb_api.rate_limit); refused and public requests cost none.
+
+Dify's `/retrieval` is authenticated here too, from its header alone, before its body is read: an
+unauthenticated client never gets the body decoded. Its refusals take Dify's error shape (ragkb_api.dify)."""
 
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from litestar.handlers.base import BaseRouteHandler
 
 from ragkb_api.access import DEFAULT_ACCESS, Caller, authorize, bearer_token
 from ragkb_api.console.sessions import CSRF_HEADER, SAFE_METHODS, SESSION_COOKIE, ConsoleSessions, csrf_matches
+from ragkb_api.dify.service import DIFY_ACCESS, DifyService
 from ragkb_api.keys.service import ApiKeyService
 from ragkb_api.rate_limit import RateLimiter
 from ragkb_api.timing import AUTH_MS_STATE
@@ -34,14 +38,21 @@ CONSOLE_SESSION_STATE = "console_session"
 
 
 class AccessGuard:
-    def __init__(self, keys: ApiKeyService, limiter: RateLimiter, sessions: ConsoleSessions) -> None:
+    def __init__(self, keys: ApiKeyService, limiter: RateLimiter, sessions: ConsoleSessions, dify: DifyService) -> None:
         self._keys = keys
         self._limiter = limiter
         self._sessions = sessions
+        self._dify = dify
 
     async def __call__(self, connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
         needed = declared_access(handler, default=DEFAULT_ACCESS)
         if needed == PUBLIC:
+            return
+        if needed == DIFY_ACCESS:
+            # A database read and a Redis call: off the event loop. The KB is checked by the search.
+            connection.state[CALLER_STATE] = await run_sync(
+                self._dify.authenticate, connection.headers.get("authorization")
+            )
             return
         presented = bearer_token(connection.headers.get("authorization"))
         if presented is None and SESSION_COOKIE in connection.cookies:

@@ -1,6 +1,10 @@
 """Per-key rate limit: a token bucket per API key, shared by every api replica through Redis.
 
-Each key may make `burst` requests at once and then `requests_per_minute` on average. With `store = "redis"`
+Each key may make `burst` requests at once and then `requests_per_minute` on average. A request that does the
+work of many (an evaluation runs one search per query) spends that many tokens at once: it is refused while
+the key lacks them, and one that needs more than `burst` needs a full bucket and leaves the key in debt
+(negative tokens) until the rate has paid for it, so no request runs more searches than the key could
+make one by one. With `store = "redis"`
 (the default) the buckets live in Redis, so N api replicas give a key one budget, not N; each take is one
 Lua script, atomic in Redis and timed by Redis's own clock (replicas' clocks never enter). `store = "memory"`
 keeps them in this process (each replica its own), for an api without a shared Redis.
@@ -23,6 +27,7 @@ from pydantic import BaseModel, Field
 from redis import Redis, RedisError
 
 from ragkb_core.errors import TooManyRequests
+from ragkb_telemetry import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -47,8 +52,9 @@ class RateLimitSettings(BaseModel):
 
 
 class RateLimiter(Protocol):
-    def take(self, key_id: str) -> None:
-        """Spend one request of `key_id`'s budget, or raise TooManyRequests with the wait until one is back."""
+    def take(self, key_id: str, tokens: int = 1) -> None:
+        """Spend `tokens` requests of `key_id`'s budget, or raise TooManyRequests with the wait until they are
+        back (spending nothing)."""
         ...
 
     def close(self) -> None: ...
@@ -57,6 +63,7 @@ class RateLimiter(Protocol):
 def refused(wait_s: float) -> TooManyRequests:
     """The 429 for a key whose next token comes back in `wait_s` seconds (Retry-After: whole seconds, ≥ 1)."""
     retry_after_s = max(1, math.ceil(wait_s))
+    metrics.rate_limit_refusals.inc()
     return TooManyRequests(
         f"this key made too many requests; try again in {retry_after_s} s", retry_after_s=retry_after_s
     )
@@ -83,15 +90,16 @@ class TokenBuckets:
     def enabled(self) -> bool:
         return self._rate_per_s > 0
 
-    def take(self, key_id: str) -> None:
+    def take(self, key_id: str, tokens: int = 1) -> None:
         if not self.enabled:
             return
+        needed = min(tokens, self._capacity)  # more than the burst: a full bucket, then debt
         with self._lock:
             bucket = self._refilled(key_id)
-            if bucket.tokens >= 1:
-                bucket.tokens -= 1
+            if bucket.tokens >= needed:
+                bucket.tokens -= tokens
                 return
-            wait_s = (1 - bucket.tokens) / self._rate_per_s
+            wait_s = (needed - bucket.tokens) / self._rate_per_s
         raise refused(wait_s)
 
     def close(self) -> None:
@@ -110,6 +118,8 @@ class TokenBuckets:
 _TAKE_SCRIPT = """
 local rate = tonumber(ARGV[1])
 local capacity = tonumber(ARGV[2])
+local spend = tonumber(ARGV[3])
+local needed = math.min(spend, capacity)
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'updated')
@@ -117,10 +127,10 @@ local tokens = tonumber(state[1]) or capacity
 local updated = tonumber(state[2]) or now
 tokens = math.min(capacity, tokens + math.max(0, now - updated) * rate)
 local wait = 0
-if tokens >= 1 then
-  tokens = tokens - 1
+if tokens >= needed then
+  tokens = tokens - spend
 else
-  wait = (1 - tokens) / rate
+  wait = (needed - tokens) / rate
 end
 redis.call('HSET', KEYS[1], 'tokens', string.format('%.6f', tokens), 'updated', string.format('%.6f', now))
 redis.call('PEXPIRE', KEYS[1], math.ceil((capacity - tokens) / rate * 1000) + 1000)
@@ -140,18 +150,19 @@ class RedisTokenBuckets:
         self._clock = clock
         self._redis_down_until = 0.0
 
-    def take(self, key_id: str) -> None:
+    def take(self, key_id: str, tokens: int = 1) -> None:
         if self._rate_per_s <= 0:
             return
         if self._clock() < self._redis_down_until:
-            self._local.take(key_id)
+            self._local.take(key_id, tokens)
             return
         try:
-            wait_s = float(self._take(keys=[REDIS_KEY_PREFIX + key_id], args=[self._rate_per_s, self._capacity]))
+            arguments = [self._rate_per_s, self._capacity, tokens]
+            wait_s = float(self._take(keys=[REDIS_KEY_PREFIX + key_id], args=arguments))
         except RedisError as exc:
             logger.warning("rate limit: Redis did not answer (%s); limiting per process for a while", exc)
             self._redis_down_until = self._clock() + REDIS_RETRY_AFTER_S
-            self._local.take(key_id)
+            self._local.take(key_id, tokens)
             return
         if wait_s > 0:
             raise refused(wait_s)

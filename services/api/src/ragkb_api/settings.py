@@ -15,8 +15,11 @@ from ragkb_core.settings import (
     HttpServerSettings,
     JobSettings,
     LimitSettings,
+    LogSettings,
+    MetricsSettings,
     RedisSettings,
     RetrieverClientSettings,
+    SourceSettings,
 )
 
 
@@ -37,4 +40,10 @@ class ApiSettings(BaseSettings):
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     # Browser sessions of the admin console (/console): how long they last.
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    # Sources the KBs read themselves (connectors) and their schedules.
+    sources: SourceSettings = Field(default_factory=SourceSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
+    # Log lines: console or JSON (RAGKB_LOG__FORMAT), and their level.
+    log: LogSettings = Field(default_factory=LogSettings)
+    # GET /metrics (RAGKB_METRICS__ENABLED, RAGKB_METRICS__TOKEN).
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)

@@ -25,9 +25,12 @@ class StageTimings:
         finally:
             self.ms[name] = (time.perf_counter() - started) * 1000
 
-    def header(self, **earlier_ms: float) -> str:
-        """`auth;dur=0.41, kbs;dur=0.62, retriever;dur=9.80, total;dur=10.93`: `earlier_ms` are stages timed
-        before this object existed (the guard's); total is the handler's time since it was made."""
-        total = (time.perf_counter() - self.started) * 1000
-        stages = {**earlier_ms, **self.ms, "total": total}
-        return ", ".join(f"{name};dur={ms:.2f}" for name, ms in stages.items())
+    def all_ms(self, **earlier_ms: float) -> dict[str, float]:
+        """Every stage: `earlier_ms` are stages timed before this object existed (the guard's); total is the
+        handler's time since it was made."""
+        return {**earlier_ms, **self.ms, "total": (time.perf_counter() - self.started) * 1000}
+
+
+def server_timing(stages_ms: dict[str, float]) -> str:
+    """`auth;dur=0.41, kbs;dur=0.62, retriever;dur=9.80, total;dur=10.93`."""
+    return ", ".join(f"{name};dur={ms:.2f}" for name, ms in stages_ms.items())

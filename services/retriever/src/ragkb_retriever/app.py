@@ -9,7 +9,8 @@ from litestar.di import Provide
 
 from ragkb_analyzer import Bm25Encoder, bm25_encoder_for
 from ragkb_core.kb_settings import KbAnalyzer
-from ragkb_http import PROBLEM_HANDLERS, health_router, service_token_guard
+from ragkb_http import PROBLEM_HANDLERS, JsonBodyRequest, health_router, service_token_guard
+from ragkb_http.observability import metrics_router, observation_middleware, tracing_plugins
 from ragkb_models import EmbedderPool
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.port import VectorIndex
@@ -19,6 +20,9 @@ from ragkb_retriever.reranking import RerankerPool
 from ragkb_retriever.routes import IndexController, SearchController, analyze, internal_ready
 from ragkb_retriever.searching import SearchService
 from ragkb_retriever.settings import RetrieverSettings, query_embedding_settings
+from ragkb_telemetry.exposition import scrape_registry
+from ragkb_telemetry.metrics import timed_model_load
+from ragkb_telemetry.tracing import tracing_configured
 
 
 @dataclass(frozen=True)
@@ -32,9 +36,11 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
     # Heavy models load here, once per process at start-up, never per request: the default embedding model
     # now, another allowed one when a re-index first asks for it (then kept for the process).
     embedders = EmbedderPool(query_embedding_settings(settings))
-    embedders.get()
+    with timed_model_load("embedder", settings.embedding.model):
+        embedders.get()
     rerankers = RerankerPool(settings.reranker)
-    rerankers.warm_up()
+    with timed_model_load("reranker", "every configured"):
+        rerankers.warm_up()
     index = build_index(settings.qdrant)
 
     def bm25_for(analyzer: KbAnalyzer) -> Bm25Encoder:
@@ -57,6 +63,7 @@ def create_app(settings: RetrieverSettings) -> Litestar:
     return Litestar(
         route_handlers=[
             health_router({"index": lambda: _index_answers(services.indexing)}),
+            metrics_router(scrape_registry(), settings.metrics),
             internal_ready,
             analyze,
             IndexController,
@@ -69,6 +76,10 @@ def create_app(settings: RetrieverSettings) -> Litestar:
         # Only the api and the worker, holding the shared token, may call anything but /health and /ready.
         guards=[service_token_guard(token)],
         exception_handlers=PROBLEM_HANDLERS,
+        # JSON bodies: 415 when declared as another type, 422 when malformed or nested past the decoder.
+        request_class=JsonBodyRequest,
+        middleware=observation_middleware("retriever"),
+        plugins=tracing_plugins(tracing_configured()),
         # Chunk batches of a large document carry 384 floats per chunk: allow generous bodies internally.
         request_max_body_size=512 * 1024 * 1024,
         on_shutdown=[services.search.close, services.index.close],

@@ -29,6 +29,8 @@ from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.retriever_client import INTERNAL_PREFIX
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.searching import SearchService
+from ragkb_telemetry import metrics
+from ragkb_telemetry.metrics import observe_stages
 
 # Ids are checked here, at the boundary: a KB id becomes part of a file name in the index, so a NUL, a slash or
 # 300 characters must be refused as input (422), never reach the disk (500).
@@ -193,8 +195,10 @@ class SearchController(Controller):
         malformed = [position for position, kb_id in enumerate(data.kb_ids) if not is_id(kb_id)]
         if malformed:
             raise InvalidInput("a knowledge base id is 32 hex characters", knowledge_bases=malformed)
+        result = search_service.search(data)
+        observe_stages(metrics.search_stage_duration, result.timings_ms, mode=result.mode)
         # Encoded by pydantic in one pass (Rust), not dumped to Python objects first and encoded after.
-        return Response(search_service.search(data).model_dump_json().encode(), media_type=MediaType.JSON)
+        return Response(result.model_dump_json().encode(), media_type=MediaType.JSON)
 
 
 @post(f"{INTERNAL_PREFIX}/analyze", status_code=200, sync_to_thread=True, tags=["search"], summary="Analyze a text")

@@ -9,6 +9,8 @@ from ragkb_core.settings import (
     AnalyzerSettings,
     EmbeddingSettings,
     HttpServerSettings,
+    LogSettings,
+    MetricsSettings,
     QdrantSettings,
 )
 
@@ -58,6 +60,10 @@ class RetrieverSettings(BaseSettings):
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
     reranker: RerankerSettings = Field(default_factory=RerankerSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
+    # Log lines: console or JSON (RAGKB_LOG__FORMAT), and their level.
+    log: LogSettings = Field(default_factory=LogSettings)
+    # GET /metrics (RAGKB_METRICS__ENABLED, RAGKB_METRICS__TOKEN).
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)
 
 
 def query_embedding_settings(settings: RetrieverSettings) -> EmbeddingSettings:

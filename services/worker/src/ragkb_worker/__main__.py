@@ -2,23 +2,30 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import threading
 import time
 from typing import Any
 
-from celery.signals import worker_shutting_down
+from celery.signals import setup_logging, worker_shutting_down
 
-from ragkb_store.queue import INGEST_QUEUE
-from ragkb_worker.app import build_sweeper, create_worker_app, start_health
+from ragkb_store.queue import WORKER_QUEUES
+from ragkb_telemetry.logs import configure_logging
+from ragkb_telemetry.multiprocess import prepare_multiprocess_dir
 from ragkb_worker.settings import WorkerSettings
 
 
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s worker %(levelname)s %(name)s: %(message)s")
     settings = WorkerSettings()
+    configure_logging("worker", settings.log)
+    # Celery keeps this process's logging as configured above instead of installing its own format.
+    setup_logging.connect(lambda **_: None, weak=False)
+    # Before prometheus_client is first imported (it reads the variable then): the task processes write their
+    # metrics there, and the health port's /metrics adds them up.
+    prepare_multiprocess_dir(settings.worker.metrics_dir)
+    from ragkb_worker.app import build_sweeper, create_worker_app, start_health
+
     app = create_worker_app(settings)
     start_health(settings)
     bound_warm_shutdown(settings.worker.drain_s)
@@ -31,7 +38,8 @@ def main() -> None:
             [
                 "worker",
                 "--loglevel=INFO",
-                f"--queues={INGEST_QUEUE}",
+                # Interactive first (ragkb_store.queue): the order matters.
+                f"--queues={','.join(WORKER_QUEUES)}",
                 f"--concurrency={settings.tasks.concurrency}",
                 # Prefork (not solo) so that hard time limits can kill a stuck task.
                 "--pool=prefork",

@@ -4,15 +4,22 @@ which builds a task process's share)."""
 from __future__ import annotations
 
 import functools
+import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init, worker_process_shutdown
 from redis import Redis
 
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory, database_answers
 from ragkb_store.ledger import DocumentLedger
-from ragkb_store.queue import enqueue_finish_reindex, make_celery
+from ragkb_store.queue import IngestQueue, enqueue_finish_reindex, make_celery
+from ragkb_telemetry.exposition import scrape_registry
+from ragkb_telemetry.multiprocess import forget_process
+from ragkb_telemetry.tasks import carry_request_id_in_tasks, observe_tasks
+from ragkb_telemetry.tracing import start_tracing
 from ragkb_worker.health import start_health_server
 from ragkb_worker.runtime import build_runtime
 from ragkb_worker.settings import WorkerSettings
@@ -25,7 +32,21 @@ def create_worker_app(settings: WorkerSettings) -> Celery:
     # Built on the first task in each worker process (after fork), then reused: models load once per process.
     runtime = functools.cache(lambda: build_runtime(settings, functools.partial(enqueue_finish_reindex, app)))
     register_tasks(app, settings.tasks, runtime)
+    observe_worker_processes()
     return app
+
+
+def observe_worker_processes() -> None:
+    """Each task process logs its task's request id, records task metrics and, when tracing is on, exports
+    spans: started after the fork, since an exporter's thread does not survive it."""
+    carry_request_id_in_tasks()
+    observe_tasks()
+    worker_process_init.connect(lambda **_: start_tracing("worker"), weak=False, dispatch_uid="ragkb-tracing")
+    worker_process_shutdown.connect(_forget_process, weak=False, dispatch_uid="ragkb-metrics-process")
+
+
+def _forget_process(pid: int | None = None, **_: Any) -> None:
+    forget_process(pid or os.getpid())
 
 
 def build_sweeper(settings: WorkerSettings, app: Celery) -> Sweeper:
@@ -35,7 +56,7 @@ def build_sweeper(settings: WorkerSettings, app: Celery) -> Sweeper:
     return Sweeper(
         ledger=ledger,
         blobs=BlobStore(settings.blobs.root),
-        queue=app,
+        queue=IngestQueue(app, ledger, settings.jobs.fair_queueing),
         redis=redis,
         settings=settings.tasks,
         upload_wait_s=settings.jobs.upload_wait_s,
@@ -51,4 +72,5 @@ def start_health(settings: WorkerSettings) -> None:
         "redis": lambda: bool(redis.ping()),
         "retriever": retriever.ready,
     }
-    start_health_server(settings.worker.host, settings.worker.port, checks)
+    metrics = scrape_registry() if settings.metrics.enabled else None
+    start_health_server(settings.worker.host, settings.worker.port, checks, metrics, settings.metrics.token)

@@ -6,7 +6,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Protocol
 
@@ -55,6 +55,8 @@ class IngestOutcome:
     document_id: str
     status: str
     chunks: int = 0
+    # Seconds per stage (parse, chunk, embed, index) of a version that went live.
+    stage_seconds: dict[str, float] = field(default_factory=dict)
 
 
 class StageClock:
@@ -184,7 +186,7 @@ class IngestPipeline:
         if self._ledger.finish(claim, chunk_count, clock.seconds, report, text_sha):
             self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
             self._delete_unreferenced({replaced_text} - {None, text_sha})
-            return IngestOutcome(claim.document_id, "done", chunk_count)
+            return IngestOutcome(claim.document_id, "done", chunk_count, clock.seconds)
         self._delete_unreferenced({text_sha})
         self._retriever.delete_document(claim.kb_id, claim.document_id, only_version=claim.version)
         if not self._ledger.exists(claim.document_id):

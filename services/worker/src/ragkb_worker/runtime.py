@@ -16,6 +16,7 @@ from ragkb_models import EmbedderPool
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory
 from ragkb_store.ledger import DocumentLedger
+from ragkb_telemetry.metrics import timed_model_load
 from ragkb_worker.kb_deletion import KbDeleter
 from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.quality_gate import QualityGate
@@ -37,7 +38,8 @@ def build_runtime(settings: WorkerSettings, enqueue_finish_reindex: Callable[[st
     retriever = RetrieverClient(settings.retriever, settings.service_token)
     blobs = BlobStore(settings.blobs.root)
     embedders = EmbedderPool(settings.embedding)
-    embedders.get()  # the default model now; another allowed one on the first document that needs it
+    with timed_model_load("embedder", settings.embedding.model):
+        embedders.get()  # the default model now; another allowed one on the first document that needs it
     ledger = DocumentLedger(sessions, settings.tasks.lease_s)
     pipeline = IngestPipeline(
         ledger=ledger,

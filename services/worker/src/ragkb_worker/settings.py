@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import BaseSettings
 
 from ragkb_core.settings import (
+    DEFAULT_DATA_DIR,
     SERVICE_SETTINGS_CONFIG,
     SERVICE_TOKEN_DESCRIPTION,
     AnalyzerSettings,
@@ -15,6 +17,8 @@ from ragkb_core.settings import (
     HttpServerSettings,
     JobSettings,
     LimitSettings,
+    LogSettings,
+    MetricsSettings,
     RedisSettings,
     RetrieverClientSettings,
 )
@@ -48,6 +52,9 @@ class WorkerServerSettings(HttpServerSettings):
     port: int = 8002
     # Tasks run longer than requests; most ingests of a large file still run longer than this.
     drain_s: int = Field(default=30, ge=0)
+    # Where the task processes write their metrics for the health port's GET /metrics to add up (Prometheus
+    # multi-process mode; emptied at each start). PROMETHEUS_MULTIPROC_DIR, when set, wins.
+    metrics_dir: Path = DEFAULT_DATA_DIR / "worker-metrics"
 
 
 class WorkerSettings(BaseSettings):
@@ -66,3 +73,7 @@ class WorkerSettings(BaseSettings):
     tasks: TaskSettings = Field(default_factory=TaskSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
+    # Log lines: console or JSON (RAGKB_LOG__FORMAT), and their level.
+    log: LogSettings = Field(default_factory=LogSettings)
+    # GET /metrics (RAGKB_METRICS__ENABLED, RAGKB_METRICS__TOKEN).
+    metrics: MetricsSettings = Field(default_factory=MetricsSettings)

@@ -7,12 +7,12 @@ import threading
 import time
 from datetime import timedelta
 
-from celery import Celery
 from redis import Redis
 
 from ragkb_store.blobs import BlobStore
 from ragkb_store.ledger import DocumentLedger
-from ragkb_store.queue import INGEST_QUEUE, enqueue_ingest
+from ragkb_store.queue import IngestQueue, broker_lists
+from ragkb_store.states import Lane
 from ragkb_worker.settings import TaskSettings
 
 _log = logging.getLogger("ragkb.worker.sweeper")
@@ -26,7 +26,7 @@ class Sweeper:
         *,
         ledger: DocumentLedger,
         blobs: BlobStore,
-        queue: Celery,
+        queue: IngestQueue,
         redis: Redis,
         settings: TaskSettings,
         upload_wait_s: float,
@@ -51,8 +51,9 @@ class Sweeper:
         if self._queue_is_empty():
             requeued += self._ledger.pending_older_than(timedelta(seconds=self._settings.pending_requeue_after_s))
         requeued = list(dict.fromkeys(requeued + lost))
-        for document_id in requeued:
-            enqueue_ingest(self._queue, document_id)
+        # Each on the lane it was queued on before: an upload lost with its worker still goes ahead of imports.
+        for document_id, place in self._ledger.queue_places(requeued).items():
+            self._queue.send(document_id, place.kb_id, place.lane)
         self._resent_to_broker.update(lost)  # only once sent: a send that failed is tried again next time
         if requeued:
             _log.info("re-queued %d documents: %s", len(requeued), ", ".join(requeued[:10]))
@@ -115,4 +116,5 @@ class Sweeper:
         return lost
 
     def _queue_is_empty(self) -> bool:
-        return int(self._redis.llen(INGEST_QUEUE)) == 0
+        """No message waits in either lane, at any priority."""
+        return all(int(self._redis.llen(name)) == 0 for lane in Lane for name in broker_lists(lane))

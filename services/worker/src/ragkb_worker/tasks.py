@@ -9,10 +9,13 @@ from typing import Any
 
 from celery import Celery, Task
 
+from ragkb_core import request_context
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT
+from ragkb_telemetry import metrics
+from ragkb_telemetry.metrics import observe_stage_seconds
 from ragkb_worker.failures import run_with_policy
-from ragkb_worker.pipeline import IngestPipeline
+from ragkb_worker.pipeline import IngestOutcome, IngestPipeline
 from ragkb_worker.runtime import WorkerRuntime
 from ragkb_worker.settings import TaskSettings
 
@@ -87,17 +90,28 @@ def run_ingest(
     def ingested() -> dict[str, Any]:
         outcome = pipeline.run(claim)
         _log.info("document %s v%d: %s (%d chunks)", document_id, claim.version, outcome.status, outcome.chunks)
+        if outcome.status == "done":
+            record_ingested(claim.kb_id, outcome)
         return {"document_id": document_id, "status": outcome.status, "chunks": outcome.chunks}
 
     def failed(reason: str) -> dict[str, Any]:
         ledger.fail(claim, reason)
+        metrics.documents_failed.labels(kb_id=claim.kb_id).inc()
+        _log.warning("document %s v%d failed: %s", document_id, claim.version, reason)
         return {"document_id": document_id, "status": "failed", "error": reason}
 
-    return run_with_policy(
-        task,
-        ingested,
-        doing="ingesting",
-        max_retries=max_retries,
-        on_failure=failed,
-        on_retry=lambda reason: ledger.release_for_retry(claim, reason),
-    )
+    with request_context.bound(kb=claim.kb_id, document=document_id):
+        return run_with_policy(
+            task,
+            ingested,
+            doing="ingesting",
+            max_retries=max_retries,
+            on_failure=failed,
+            on_retry=lambda reason: ledger.release_for_retry(claim, reason),
+        )
+
+
+def record_ingested(kb_id: str, outcome: IngestOutcome) -> None:
+    metrics.documents_ingested.labels(kb_id=kb_id).inc()
+    metrics.chunks_ingested.labels(kb_id=kb_id).inc(outcome.chunks)
+    observe_stage_seconds(metrics.ingest_stage_duration, outcome.stage_seconds)

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ragkb_store.states import DocumentStatus, JobItemStatus, JobStatus
+from ragkb_store.states import DocumentStatus, JobItemStatus, JobStatus, Lane
 
 
 def utcnow() -> datetime:
@@ -73,6 +73,8 @@ class Document(Base):
     metadata_: Mapped[dict[str, Any]] = mapped_column("metadata", default=dict)
     doc_type: Mapped[str] = mapped_column(String(20), default="knowledge")
     status: Mapped[str] = mapped_column(String(20), default=DocumentStatus.PENDING)
+    # The queue its ingestion waits in (ragkb_store.queue): the sweeper sends a lost message back to it.
+    lane: Mapped[str] = mapped_column(String(20), default=Lane.INTERACTIVE, server_default=Lane.INTERACTIVE)
     version: Mapped[int] = mapped_column(Integer, default=1)
     indexed_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     chunk_count: Mapped[int] = mapped_column(Integer, default=0)
@@ -196,3 +198,35 @@ class Judgement(Base):
     query_id: Mapped[str] = mapped_column(String(200), primary_key=True)
     source_id: Mapped[str] = mapped_column(String(1024), primary_key=True)
     grade: Mapped[int] = mapped_column(Integer)
+
+
+class Source(Base):
+    """Where a KB reads documents itself (a folder, a web site, a Git repository) and when.
+
+    A run is claimed by setting `lease_until` (and `lease_owner`) only where no live lease is held, in one
+    compare-and-set UPDATE: two schedulers or api replicas never run one source at once. `credentials` is the
+    Fernet token of the source's secrets, never shown."""
+
+    __tablename__ = "sources"
+    __table_args__ = (
+        UniqueConstraint("kb_id", "name", name="uq_sources_kb_name"),
+        Index("ix_sources_next_run", "next_run_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kb_id: Mapped[str] = mapped_column(String(32), ForeignKey("knowledge_bases.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(100))
+    kind: Mapped[str] = mapped_column(String(20))
+    # The connector's settings (ragkb_api.sources.schemas), without secrets.
+    config: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    credentials: Mapped[str | None] = mapped_column(Text, nullable=True)
+    interval_s: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    cron: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    next_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_run_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    last_status: Mapped[str | None] = mapped_column(String(20), nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    last_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -4,10 +4,13 @@ items, settle them, delete a KB's rows). A test keeps status writes out of every
 
 from ragkb_store.ledger.documents import (
     EVERY_DOCUMENT,
+    ChangedFields,
     Claim,
     DocumentLedger,
     DocumentScope,
+    LaneCounts,
     NewVersion,
+    QueuePlace,
     RecordedVersion,
     RestoredDocument,
     claim_of,
@@ -15,10 +18,13 @@ from ragkb_store.ledger.documents import (
 
 __all__ = [
     "EVERY_DOCUMENT",
+    "ChangedFields",
     "Claim",
     "DocumentLedger",
     "DocumentScope",
+    "LaneCounts",
     "NewVersion",
+    "QueuePlace",
     "RecordedVersion",
     "RestoredDocument",
     "claim_of",

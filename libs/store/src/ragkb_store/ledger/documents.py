@@ -10,12 +10,14 @@ label, and a key with a search filter touches only documents inside it."""
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, or_, select, update
+from sqlalchemy import ColumnElement, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -24,14 +26,25 @@ from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_store.consistency import DocumentState
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, Job, KnowledgeBase, utcnow
-from ragkb_store.knowledge_bases import load_writable_kb
+from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, utcnow
+from ragkb_store.knowledge_bases import load_kb, load_writable_kb
 from ragkb_store.progress import refresh_overdue_jobs, settle_items_of_document
-from ragkb_store.states import ACTIVE_JOB_STATUSES, DocumentStatus, JobKind, JobStatus
+from ragkb_store.states import (
+    ACTIVE_JOB_STATUSES,
+    DocumentStatus,
+    ItemAction,
+    JobItemStatus,
+    JobKind,
+    JobStatus,
+    Lane,
+)
 
 # A version recorded while another upload of the same document moved its version on is recorded again on
 # top of that one; more than this many collisions in a row means something is wrong.
-_RECORD_ATTEMPTS = 5
+_RECORD_ATTEMPTS = 16
+# Between attempts, a random pause of up to this many seconds times the attempt: racers that collided once
+# spread out instead of colliding again in lockstep (under load, five back-to-back attempts were not enough).
+_RECORD_BACKOFF_S = 0.005
 # Rows looked up per query: well under SQLite's bound on parameters.
 _BATCH = 500
 
@@ -69,6 +82,22 @@ class NewVersion:
     labels: list[str]
     metadata: dict[str, Any]
     doc_type: str
+    # The queue its ingestion waits in; a version a sync's job waits for goes to the bulk lane whatever this says.
+    lane: Lane = Lane.INTERACTIVE
+
+
+@dataclass(frozen=True)
+class QueuePlace:
+    kb_id: str
+    lane: Lane
+
+
+@dataclass(frozen=True)
+class LaneCounts:
+    """A KB's documents waiting (`pending`) and being built (`processing`) in one lane."""
+
+    pending: int = 0
+    processing: int = 0
 
 
 @dataclass(frozen=True)
@@ -124,6 +153,14 @@ class Claim:
     embedding_model: str
 
 
+@dataclass(frozen=True)
+class ChangedFields:
+    """A document after a PATCH; `requeued` when its original was queued again (a new title to index)."""
+
+    document: Document
+    requeued: bool
+
+
 class _VersionMoved(Exception):
     """Another upload recorded a version between our read and our write."""
 
@@ -154,6 +191,7 @@ class DocumentLedger:
                 # Two first uploads raced to insert, or one moved the version on: record on top of it.
                 if attempt == _RECORD_ATTEMPTS - 1:
                     raise
+                time.sleep(random.uniform(0, _RECORD_BACKOFF_S * (attempt + 1)))
         raise AssertionError("unreachable")
 
     def get(self, kb_id: str, document_id: str, scope: DocumentScope = EVERY_DOCUMENT) -> Document:
@@ -176,26 +214,34 @@ class DocumentLedger:
         requested_doc_type: str | None,
         scope: DocumentScope,
         publish: Callable[[Document, dict[str, Any]], None],
-    ) -> Document:
+    ) -> ChangedFields:
         """Change title, source_id, labels or metadata. `publish` applies the change to the indexed chunks
-        inside the transaction: if the index refuses, the database keeps the old values too."""
+        inside the transaction: if the index refuses, the database keeps the old values too.
+
+        The title is part of what is embedded and keyword-indexed (ragkb_worker.pipeline.embedding_text), so
+        a new title on a document that is indexed or being built also re-queues its original as the next
+        version (`requeued`, for the caller to enqueue): searches then match the new title, not the old. Its
+        points keep answering, with the new title in their payload, until the new version replaces them."""
         with transaction(self._sessions) as session:
             load_writable_kb(session, kb_id)
             document = _visible_document(session, kb_id, document_id, scope)
             _ensure_doc_type_kept(document, requested_doc_type)
             if not changes:
-                return document
+                return ChangedFields(document, requeued=False)
             if "source_id" in changes:
                 _ensure_source_id_free(session, kb_id, changes["source_id"], document_id)
             if "labels" in changes:
                 _ensure_inside_scope(scope, changes["labels"], document.doc_type)
                 _ensure_labels_on_one_side(session, kb_id, document.doc_type, changes["labels"])
+            requeue = _title_changes_indexed_text(document, changes)
             for field, value in changes.items():
                 setattr(document, "metadata_" if field == "metadata" else field, value)
             session.flush()
             if document.indexed_version is not None:
                 publish(document, changes)
-            return document
+            if requeue:
+                document = _next_version_of_same_original(session, document)
+            return ChangedFields(document, requeued=requeue)
 
     def retry(self, kb_id: str, document_id: str, scope: DocumentScope = EVERY_DOCUMENT) -> Document:
         """A failed document back to pending, from its stored original, with its ingest job recorded."""
@@ -204,7 +250,7 @@ class DocumentLedger:
             document = _visible_document(session, kb_id, document_id, scope)
             if document.status != DocumentStatus.FAILED:
                 raise Conflict(f"only a failed document can be retried; this one is {document.status}")
-            send_back_to_pending(session, document)
+            send_back_to_pending(session, document, Lane.INTERACTIVE)
             return document
 
     def delete(self, kb_id: str, document_id: str) -> set[str]:
@@ -262,7 +308,7 @@ class DocumentLedger:
                 if document is None or document.kb_id != kb_id or _held_by_live_worker(document, now):
                     continue
                 if document.status != DocumentStatus.PENDING:
-                    send_back_to_pending(session, document)
+                    send_back_to_pending(session, document, Lane.BULK)
                 requeued.append(document_id)
         return requeued
 
@@ -388,6 +434,43 @@ class DocumentLedger:
             )
             return list(session.scalars(query.limit(_BATCH)))
 
+    def queue_places(self, document_ids: list[str]) -> dict[str, QueuePlace]:
+        """The KB and lane of each of the documents (those that still exist): where to queue it again."""
+        places: dict[str, QueuePlace] = {}
+        with self._sessions() as session:
+            for start in range(0, len(document_ids), _BATCH):
+                batch = document_ids[start : start + _BATCH]
+                query = select(Document.id, Document.kb_id, Document.lane).where(Document.id.in_(batch))
+                places.update((row_id, QueuePlace(kb_id, Lane(lane))) for row_id, kb_id, lane in session.execute(query))
+        return places
+
+    def bulk_backlog(self, kb_id: str) -> int:
+        """How many of the KB's documents wait in the bulk lane: the priority of its next bulk message."""
+        with self._sessions() as session:
+            query = select(func.count()).where(
+                Document.kb_id == kb_id, Document.status == DocumentStatus.PENDING, Document.lane == Lane.BULK
+            )
+            return session.scalar(query) or 0
+
+    def queue_counts(self, kb_id: str) -> dict[Lane, LaneCounts]:
+        """The KB's documents pending and processing, per lane."""
+        waiting = (DocumentStatus.PENDING, DocumentStatus.PROCESSING)
+        with self._sessions() as session:
+            load_kb(session, kb_id)
+            query = (
+                select(Document.lane, Document.status, func.count())
+                .where(Document.kb_id == kb_id, Document.status.in_(waiting))
+                .group_by(Document.lane, Document.status)
+            )
+            found = {(Lane(lane), status): count for lane, status, count in session.execute(query)}
+        return {
+            lane: LaneCounts(
+                pending=found.get((lane, DocumentStatus.PENDING), 0),
+                processing=found.get((lane, DocumentStatus.PROCESSING), 0),
+            )
+            for lane in Lane
+        }
+
     def text_sha256_of(self, document_id: str) -> str | None:
         with self._sessions() as session:
             return session.scalar(select(Document.text_sha256).where(Document.id == document_id))
@@ -447,10 +530,11 @@ def _held_by_live_worker(document: Document, now: datetime) -> bool:
     return (lease if lease.tzinfo is not None else lease.replace(tzinfo=now.tzinfo)) >= now
 
 
-def send_back_to_pending(session: Session, document: Document) -> None:
-    """The one way a stored version goes back to the queue (a retry): pending, no error, no lease, attempts
-    counted afresh, and the run recorded as an ingest job."""
+def send_back_to_pending(session: Session, document: Document, lane: Lane) -> None:
+    """The one way a stored version goes back to the queue (a retry): pending in `lane`, no error, no lease,
+    attempts counted afresh, and the run recorded as an ingest job."""
     document.status = DocumentStatus.PENDING
+    document.lane = lane
     document.error = None
     document.attempts = 0
     document.lease_until = None
@@ -474,6 +558,9 @@ def _record_version(session: Session, new: NewVersion, scope: DocumentScope) -> 
     # Again, in the transaction that records the version: a deletion accepted since any earlier check must not
     # get a new document.
     load_writable_kb(session, new.kb_id)
+    # Asked before the document is read: between that read and the write, other uploads of it may move it on.
+    if _awaited_by_sync(session, new.kb_id, new.source_id):
+        new = replace(new, lane=Lane.BULK)
     existing = _document_by_source(session, new.kb_id, new.source_id)
     _check_new_version(session, existing, new, scope)
     if existing is not None and _is_unchanged(existing, new):
@@ -539,6 +626,37 @@ def _next_version(session: Session, existing: Document, new: NewVersion) -> Docu
     return session.get_one(Document, existing.id, populate_existing=True)
 
 
+def _title_changes_indexed_text(document: Document, changes: dict[str, Any]) -> bool:
+    """A new title changes what is indexed once the document is built or being built; a pending document's
+    worker reads the title when it embeds, and a failed one is built again (with it) only by a retry."""
+    if "title" not in changes or changes["title"] == document.title:
+        return False
+    return document.status in (DocumentStatus.DONE, DocumentStatus.PROCESSING)
+
+
+def _next_version_of_same_original(session: Session, document: Document) -> Document:
+    """The same original again as the next version, pending, with its ingest job recorded. A new version, not
+    the same one rebuilt: a worker building the old one is superseded (its renewal sees the version move), and
+    the new points replace the old ones by version when it finishes, as an upload's do."""
+    moved = session.execute(
+        update(Document)
+        .where(Document.id == document.id, Document.version == document.version)
+        .values(
+            version=Document.version + 1,
+            status=DocumentStatus.PENDING,
+            error=None,
+            attempts=0,
+            lease_until=None,
+            updated_at=utcnow(),
+        )
+    ).rowcount  # type: ignore[attr-defined]
+    if not moved:
+        raise Conflict("the document changed while its title was being changed; send the change again")
+    document = session.get_one(Document, document.id, populate_existing=True)
+    record_ingest_job(session, document)
+    return document
+
+
 def _version_fields(new: NewVersion, title: str) -> dict[str, Any]:
     return {
         "title": title,
@@ -549,7 +667,24 @@ def _version_fields(new: NewVersion, title: str) -> dict[str, Any]:
         "labels": new.labels,
         "metadata_": new.metadata,
         "doc_type": new.doc_type,
+        "lane": new.lane,
     }
+
+
+def _awaited_by_sync(session: Session, kb_id: str, source_id: str) -> bool:
+    """A sync's job waits for this upload: it is one of a folder's files, bulk work."""
+    query = (
+        select(JobItem.id)
+        .join(Job, Job.id == JobItem.job_id)
+        .where(
+            JobItem.kb_id == kb_id,
+            JobItem.source_id == source_id,
+            JobItem.status == JobItemStatus.PENDING,
+            JobItem.action == ItemAction.UPLOAD,
+            Job.kind == JobKind.SYNC,
+        )
+    )
+    return session.scalar(query.limit(1)) is not None
 
 
 def _document_by_source(session: Session, kb_id: str, source_id: str) -> Document | None:

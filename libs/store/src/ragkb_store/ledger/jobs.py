@@ -16,7 +16,16 @@ from ragkb_core.ids import new_id
 from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, utcnow
 from ragkb_store.ledger.documents import DocumentScope, send_back_to_pending
 from ragkb_store.progress import cancel_job, finish_if_settled
-from ragkb_store.states import ACTIVE_JOB_STATUSES, DocumentStatus, ItemAction, JobItemStatus, JobKind, JobStatus
+from ragkb_store.states import (
+    ACTIVE_JOB_STATUSES,
+    DocumentStatus,
+    ItemAction,
+    JobItemStatus,
+    JobKind,
+    JobStatus,
+    Lane,
+    lane_of_batch,
+)
 
 
 def start_job(
@@ -100,13 +109,16 @@ def settle_item(
     )
 
 
-def requeue_failed_documents(session: Session, job_id: str, kb_id: str, scope: DocumentScope) -> list[str]:
-    """Every failed document of the KB inside the scope back to pending, each an item of the retry job;
-    their ids."""
+def requeue_failed_documents(
+    session: Session, job_id: str, kb_id: str, scope: DocumentScope, interactive_max_documents: int
+) -> tuple[list[str], Lane]:
+    """Every failed document of the KB inside the scope back to pending, each an item of the retry job; their
+    ids, and the lane they wait in (bulk when there are more than `interactive_max_documents`)."""
     query = select(Document).where(Document.kb_id == kb_id, Document.status == DocumentStatus.FAILED)
     failed = [document for document in session.scalars(query) if scope.admits(document.labels, document.doc_type)]
+    lane = lane_of_batch(len(failed), interactive_max_documents)
     for document in failed:
-        send_back_to_pending(session, document)
+        send_back_to_pending(session, document, lane)
     add_items(
         session,
         job_id,
@@ -115,7 +127,7 @@ def requeue_failed_documents(session: Session, job_id: str, kb_id: str, scope: D
         [document.source_id for document in failed],
         shas={document.source_id: document.blob_sha256 for document in failed},
     )
-    return [document.id for document in failed]
+    return [document.id for document in failed], lane
 
 
 def record_params(session: Session, job_id: str, **values: Any) -> None:

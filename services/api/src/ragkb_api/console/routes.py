@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from functools import cache
 from importlib.resources import files
@@ -25,7 +24,7 @@ from ragkb_api.console.sessions import (
 from ragkb_api.guards import CONSOLE_SESSION_STATE
 from ragkb_api.keys.service import BOOTSTRAP_KEY_ID, ApiKeyService
 from ragkb_core.errors import Forbidden, InvalidInput, Unauthorized, UnsupportedMediaType
-from ragkb_http import PUBLIC, access
+from ragkb_http import PUBLIC, access, decode_json
 
 # Scripts, styles and images of this origin only, and no inline code of any kind: data the API returns can
 # only ever become text. Calls go to this origin (the v1 API and the job event streams).
@@ -153,8 +152,8 @@ class ConsoleController(Controller):
 
 def _sign_in_body(body: bytes) -> SignIn:
     try:
-        return SignIn.model_validate(json.loads(body))
-    except (ValueError, ValidationError) as exc:
+        return SignIn.model_validate(decode_json(body))
+    except (InvalidInput, ValidationError) as exc:
         raise InvalidInput('sign in with {"key": "<API key>"}') from exc
 
 

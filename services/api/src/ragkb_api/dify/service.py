@@ -16,25 +16,29 @@ from ragkb_api.dify.conditions import condition_holds
 from ragkb_api.fields import MAX_ID_CHARS
 from ragkb_api.keys.service import ApiKeyService
 from ragkb_api.rate_limit import RateLimiter
-from ragkb_api.search.schemas import SearchRequest
+from ragkb_api.search.schemas import SearchFilters, SearchRequest
 from ragkb_api.search.service import SearchService
 from ragkb_core.contracts import SearchHit
-from ragkb_core.errors import Conflict, NotFound, Unauthorized
+from ragkb_core.errors import Conflict, NotFound, TooManyRequests, Unauthorized
 from ragkb_store.db.models import Document
 
 INVALID_HEADER, AUTH_FAILED, NO_SUCH_KNOWLEDGE = 1001, 1002, 2001
-# With a metadata condition, this many times top_k candidates are searched before filtering (at most 100).
-CONDITION_OVERFETCH = 4
+# Not one of Dify's documented codes (Dify has none for it): the key spent its rate limit; HTTP 429 and
+# Retry-After say when to try again.
+RATE_LIMITED = 3001
+# The route's access level (ragkb_api.access): the app's guard authenticates it through DifyService.
+DIFY_ACCESS = "dify"
 
 
 class DifyError(Exception):
     """One of Dify's documented errors, answered as `{error_code, error_msg}` with its HTTP status."""
 
-    def __init__(self, code: int, message: str, status: int) -> None:
+    def __init__(self, code: int, message: str, status: int, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.status = status
+        self.headers = headers or {}
 
     def body(self) -> dict[str, Any]:
         return {"error_code": self.code, "error_msg": self.message}
@@ -95,7 +99,8 @@ class DifyService:
         self._search = search
 
     def authenticate(self, authorization: str | None) -> Caller:
-        """The caller, or Dify's 1001 (header not `Bearer <key>`) / 1002 (key not valid), both HTTP 403."""
+        """The caller, or Dify's 1001 (header not `Bearer <key>`) / 1002 (key not valid), both HTTP 403, or
+        3001 with HTTP 429 and Retry-After when the key spent its rate limit."""
         presented = bearer_token(authorization)
         if presented is None:
             raise DifyError(
@@ -105,13 +110,21 @@ class DifyService:
             caller = self._keys.authenticate(presented)
         except Unauthorized:
             raise DifyError(AUTH_FAILED, "Authorization failed", 403) from None
-        self._limiter.take(caller.key_id)
+        try:
+            self._limiter.take(caller.key_id)
+        except TooManyRequests as exc:
+            raise DifyError(RATE_LIMITED, exc.detail, 429, exc.headers) from None
         return caller
 
     def retrieve(self, request: DifyRetrievalRequest, caller: Caller) -> DifyRetrievalResponse:
         setting, condition = request.retrieval_setting, request.metadata_condition
-        top_k = min(100, setting.top_k * CONDITION_OVERFETCH) if condition else setting.top_k
-        search = SearchRequest(query=request.query, knowledge_base_ids=[request.knowledge_id], top_k=top_k)
+        filters = SearchFilters()
+        if condition is not None and condition.conditions:
+            # Inside the search's filter, before ranking: top_k records whenever that many passages match.
+            filters = _within_documents(self._documents_matching(request.knowledge_id, condition))
+        search = SearchRequest(
+            query=request.query, knowledge_base_ids=[request.knowledge_id], top_k=setting.top_k, filters=filters
+        )
         try:
             hits = [hit for hit in self._search.search(search, caller).results if hit.score >= setting.score_threshold]
         except NotFound:
@@ -119,14 +132,27 @@ class DifyService:
         except Conflict:  # a KB being deleted: Dify's protocol has no code but "does not exist" for it
             raise DifyError(NO_SUCH_KNOWLEDGE, "The knowledge is being deleted", 404) from None
         metadata = self._metadata_of({hit.document_id for hit in hits})
-        if condition is not None:
-            hits = [hit for hit in hits if condition.holds(metadata.get(hit.document_id, {}))]
         return DifyRetrievalResponse(records=[_record(hit, metadata) for hit in hits[: setting.top_k]])
+
+    def _documents_matching(self, kb_id: str, condition: MetadataFilter) -> list[str]:
+        """The KB's documents whose metadata satisfies the condition. Dify's operators (contains, start with,
+        numeric and date comparisons) have no engine filter, so they are evaluated here on the stored metadata,
+        and the search is then limited to these documents. A KB the caller may not read matches nothing here,
+        and the search itself answers that it does not exist."""
+        with self._sessions() as session:
+            rows = session.execute(select(Document.id, Document.metadata_).where(Document.kb_id == kb_id))
+            return [document_id for document_id, metadata in rows if condition.holds(dict(metadata or {}))]
 
     def _metadata_of(self, document_ids: set[str]) -> dict[str, dict[str, Any]]:
         with self._sessions() as session:
             rows = session.execute(select(Document.id, Document.metadata_).where(Document.id.in_(document_ids)))
             return {document_id: dict(metadata or {}) for document_id, metadata in rows}
+
+
+def _within_documents(document_ids: list[str]) -> SearchFilters:
+    """A filter to these documents. Built without the request bound on document ids: the ids come from the
+    database, not from a caller, and a condition may match any number of documents (an empty list: none)."""
+    return SearchFilters.model_construct(document_ids=document_ids)
 
 
 def _record(hit: SearchHit, metadata: dict[str, dict[str, Any]]) -> DifyRecord:

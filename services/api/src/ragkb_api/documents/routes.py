@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from anyio.to_thread import run_sync
@@ -26,7 +25,7 @@ from ragkb_api.fields import MAX_LABEL_CHARS
 from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_core.contracts import DocType
 from ragkb_core.errors import InvalidInput, RagkbError, UnsupportedMediaType
-from ragkb_http import access
+from ragkb_http import access, decode_json, refuse_nul
 
 StatusFilter = Literal["pending", "processing", "done", "failed"]
 UPLOAD_DESCRIPTION = """Add a document, or a new version of one (same `source_id`).
@@ -156,6 +155,7 @@ async def _read_multipart(request: Request[Any, Any, Any]) -> tuple[DocumentFiel
     if not isinstance(file, UploadFile):
         raise InvalidInput("multipart upload needs a `file` part")
     raw: dict[str, Any] = {key: form.get(key) for key in ("source_id", "title", "doc_type") if form.get(key)}
+    refuse_nul([raw, form.get("labels"), file.filename])
     raw["labels"] = _parse_labels(form.get("labels"))
     raw["metadata"] = _parse_json_object(form.get("metadata"), "metadata")
     fields = _validate(DocumentFields, raw)
@@ -168,10 +168,7 @@ def _read_json(body: bytes) -> PreparedUpload:
 
 
 def _json_body(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError as exc:
-        raise InvalidInput("the body is not valid JSON") from exc
+    return decode_json(body)
 
 
 def _text_document(raw: Any) -> PreparedUpload:
@@ -219,8 +216,8 @@ def _parse_json_object(value: Any, name: str) -> dict[str, Any]:
 
 def _parse_json(text: str, name: str) -> Any:
     try:
-        return json.loads(text)
-    except ValueError as exc:
+        return decode_json(text)
+    except InvalidInput as exc:
         raise InvalidInput(f"{name} is not valid JSON") from exc
 
 

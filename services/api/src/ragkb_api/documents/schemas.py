@@ -29,7 +29,8 @@ class DocumentFields(BaseModel):
 
 
 class DocumentPatch(BaseModel):
-    """Metadata-only change: applied to the index payload in place, nothing is re-embedded.
+    """Labels, metadata and source_id are applied to the index payload in place, nothing is re-embedded; a new
+    title also re-indexes the document (it is embedded and keyword-indexed: DocumentLedger.change_fields).
 
     `doc_type` is deliberately not a field: a document never changes between knowledge and reference in
     place (a reference is the authoritative original). A `doc_type` that differs from the document's own

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
-from celery import Celery
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -27,12 +26,13 @@ from ragkb_api.paging import Page, PageRequest, page_of
 from ragkb_core.errors import InvalidInput, PayloadTooLarge, RagkbError
 from ragkb_core.formats import PLAIN_TEXT, detect_media_type
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_core.settings import LimitSettings
+from ragkb_core.settings import JobSettings, LimitSettings
 from ragkb_store.blobs import BlobStore, sha256_of
 from ragkb_store.db.models import Document
 from ragkb_store.knowledge_bases import load_kb, load_writable_kb
 from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger, NewVersion
-from ragkb_store.queue import enqueue_ingest
+from ragkb_store.queue import IngestQueue
+from ragkb_store.states import Lane, lane_of_batch
 
 _log = logging.getLogger("ragkb.api")
 
@@ -64,9 +64,11 @@ class DocumentService:
         self,
         sessions: sessionmaker[Session],
         blobs: BlobStore,
-        queue: Celery,
+        queue: IngestQueue,
         retriever: RetrieverClient,
+        *,
         limits: LimitSettings,
+        jobs: JobSettings,
     ) -> None:
         self._sessions = sessions
         self._ledger = DocumentLedger(sessions)
@@ -74,13 +76,17 @@ class DocumentService:
         self._queue = queue
         self._retriever = retriever
         self._limits = limits
+        self._interactive_max_documents = jobs.interactive_max_documents
 
-    def accept(self, kb_id: str, fields: DocumentFields, upload: Upload, caller: Caller) -> DocumentAccepted:
+    def accept(
+        self, kb_id: str, fields: DocumentFields, upload: Upload, caller: Caller, lane: Lane = Lane.INTERACTIVE
+    ) -> DocumentAccepted:
         """Check the version, store the original, record the version (or recognise an unchanged one), then
-        enqueue. Every refusal comes before the original is stored, so a refused upload leaves nothing."""
+        enqueue on `lane`. Every refusal comes before the original is stored, so a refused upload leaves
+        nothing."""
         self._check_size(upload)
         media_type = detect_media_type(upload.filename, upload.data[:8192], upload.declared_type)
-        new = _new_version(kb_id, fields, upload, media_type)
+        new = _new_version(kb_id, fields, upload, media_type, lane)
         self._ledger.check_version(new, caller.document_scope)
         self._blobs.put(upload.data)
         try:
@@ -90,7 +96,7 @@ class DocumentService:
             self._delete_unreferenced({new.blob_sha256})
             raise
         if recorded.changed:
-            self._enqueue(recorded.document.id)
+            self._enqueue(recorded.document)
         if recorded.replaced_blob:
             self._delete_unreferenced({recorded.replaced_blob})
         return DocumentAccepted(**document_out(recorded.document).model_dump(), unchanged=not recorded.changed)
@@ -104,18 +110,19 @@ class DocumentService:
             )
         with self._sessions() as session:
             load_writable_kb(session, kb_id)
-        results = [self._accept_item(kb_id, index, item, caller) for index, item in enumerate(items)]
+        lane = lane_of_batch(len(items), self._interactive_max_documents)
+        results = [self._accept_item(kb_id, index, item, caller, lane) for index, item in enumerate(items)]
         failed = sum(1 for result in results if result.error is not None)
         return BatchAccepted(accepted=len(results) - failed, failed=failed, results=results)
 
     def _accept_item(
-        self, kb_id: str, index: int, item: PreparedUpload | RagkbError, caller: Caller
+        self, kb_id: str, index: int, item: PreparedUpload | RagkbError, caller: Caller, lane: Lane
     ) -> BatchItemResult:
         if isinstance(item, RagkbError):  # refused already when it was read
             return _refused(index, None, item)
         fields, upload = item
         try:
-            document = self.accept(kb_id, fields, upload, caller)
+            document = self.accept(kb_id, fields, upload, caller, lane)
         except RagkbError as exc:
             return _refused(index, fields.source_id, exc)
         return BatchItemResult(index=index, source_id=fields.source_id, document=document)
@@ -149,20 +156,22 @@ class DocumentService:
         changes = patch.changes()
         if not changes and patch.requested_doc_type is None:
             raise InvalidInput("nothing to change: give title, source_id, labels or metadata")
-        document = self._ledger.change_fields(
+        changed = self._ledger.change_fields(
             kb_id,
             document_id,
             changes,
             requested_doc_type=patch.requested_doc_type,
             scope=caller.document_scope,
-            publish=lambda changed, values: self._retriever.set_document_payload(kb_id, changed.id, values),
+            publish=lambda document, values: self._retriever.set_document_payload(kb_id, document.id, values),
         )
-        return document_out(document)
+        if changed.requeued:  # a new title: the original is indexed again with it
+            self._enqueue(changed.document)
+        return document_out(changed.document)
 
     def retry(self, kb_id: str, document_id: str, caller: Caller) -> DocumentOut:
         """Queue a failed document again, from its stored original."""
         document = self._ledger.retry(kb_id, document_id, caller.document_scope)
-        self._enqueue(document_id)
+        self._enqueue(document)
         return document_out(document)
 
     def delete(self, kb_id: str, document_id: str, caller: Caller) -> None:
@@ -180,18 +189,18 @@ class DocumentService:
         if not upload.data.strip():
             raise InvalidInput("the document is empty")
 
-    def _enqueue(self, document_id: str) -> None:
+    def _enqueue(self, document: Document) -> None:
         try:
-            enqueue_ingest(self._queue, document_id)
+            self._queue.send(document.id, document.kb_id, Lane(document.lane))
         except Exception:  # the broker is down: the document is recorded, the worker's sweeper queues it later
-            _log.warning("could not queue document %s now; the sweeper will queue it", document_id, exc_info=True)
+            _log.warning("could not queue document %s now; the sweeper will queue it", document.id, exc_info=True)
 
     def _delete_unreferenced(self, shas: set[str]) -> None:
         for sha in self._ledger.unreferenced_blobs(shas):
             self._blobs.delete(sha)
 
 
-def _new_version(kb_id: str, fields: DocumentFields, upload: Upload, media_type: str) -> NewVersion:
+def _new_version(kb_id: str, fields: DocumentFields, upload: Upload, media_type: str, lane: Lane) -> NewVersion:
     sha = sha256_of(upload.data)
     source_id = fields.source_id or upload.filename or sha
     return NewVersion(
@@ -206,6 +215,7 @@ def _new_version(kb_id: str, fields: DocumentFields, upload: Upload, media_type:
         labels=fields.labels,
         metadata=fields.metadata,
         doc_type=fields.doc_type,
+        lane=lane,
     )
 
 

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from ragkb_core.errors import InvalidInput
 from ragkb_core.metrics import JudgedQuestions, Question
+from ragkb_http.bodies import NUL
 
 __all__ = ["JudgedQuestions", "Question"]  # re-exported: the api's modules read question sets from here
 
@@ -93,6 +94,8 @@ def _lines(data: bytes, file: str) -> list[str]:
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise _bad(file, line, "not UTF-8") from exc
+    if NUL in text:  # ids and queries are stored as text, which PostgreSQL refuses to hold a NUL in
+        raise _bad(file, text[: text.index(NUL)].count("\n") + 1, "holds a NUL character")
     return text.splitlines()
 
 
@@ -101,6 +104,8 @@ def _query_line(line: str, number: int) -> Question:
         record = json.loads(line)
     except json.JSONDecodeError as exc:
         raise _bad(QUERIES_FILE, number, f"not a JSON object ({exc.msg})") from exc
+    except RecursionError as exc:  # `[[[[…` past the decoder's depth: malformed like any other line
+        raise _bad(QUERIES_FILE, number, "not a JSON object (nested too deeply)") from exc
     if not isinstance(record, dict):
         raise _bad(QUERIES_FILE, number, "not a JSON object")
     query_id, text = record.get("_id", record.get("id")), record.get("text")
@@ -108,6 +113,8 @@ def _query_line(line: str, number: int) -> Question:
         raise _bad(QUERIES_FILE, number, "needs an `_id` (a non-empty string)")
     if not isinstance(text, str):
         raise _bad(QUERIES_FILE, number, "needs a `text` string")
+    if NUL in text or NUL in str(query_id):  # escaped as \u0000: the file's own text had none
+        raise _bad(QUERIES_FILE, number, "holds a NUL character")
     return Question(str(query_id), text)
 
 

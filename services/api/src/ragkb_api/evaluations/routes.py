@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any, Literal
 
 from anyio.to_thread import run_sync
@@ -25,7 +24,7 @@ from ragkb_api.evaluations.schemas import (
 from ragkb_api.evaluations.service import EvaluationService
 from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_core.errors import InvalidInput, UnsupportedMediaType
-from ragkb_http import access
+from ragkb_http import access, decode_json, refuse_nul
 
 CREATE_DESCRIPTION = """Save queries with relevance judgements for this KB.
 
@@ -36,7 +35,8 @@ qrels judge are kept. Malformed files are refused with 422 naming the file and l
 EVALUATE_DESCRIPTION = """Run a question set through search under `mode` and `settings` and score it: nDCG@10,
 Recall@100 (and Recall@depth), MRR@10, means and per query; with `compare`, the same under other settings,
 with the difference per metric and the per-query wins, losses and ties. Synchronous: about 25 ms per query
-and run."""
+and run. Each search counts against the key's rate limit: the evaluation spends one token per query and run
+before it starts, and is refused with 429 (Retry-After) while the key lacks them."""
 
 
 class QuestionSetController(Controller):
@@ -138,7 +138,7 @@ async def _create(request: Request[Any, Any, Any], kb_id: str, service: Question
 
 
 def _form_name(value: Any) -> str:
-    name = str(value or "").strip()
+    name = refuse_nul(str(value or "").strip())
     if not name or len(name) > 200:
         raise InvalidInput("a BEIR upload needs a `name` of 1 to 200 characters")
     return name
@@ -158,9 +158,7 @@ async def _read_file(file: Any) -> bytes:
 
 def _validate_json(body: bytes) -> QuestionSetCreate:
     try:
-        return QuestionSetCreate.model_validate(json.loads(body))
-    except ValueError as exc:
-        if not isinstance(exc, ValidationError):
-            raise InvalidInput("the body is not valid JSON") from exc
+        return QuestionSetCreate.model_validate(decode_json(body))
+    except ValidationError as exc:
         errors = [{"loc": list(e["loc"]), "message": e["msg"]} for e in exc.errors()[:20]]
         raise InvalidInput("the question set is not valid", errors=errors) from exc

@@ -4,8 +4,11 @@ Judgements are per document (a BEIR corpus id is a ragkb `source_id`) while a se
 answer of up to `depth` passages is reduced to documents in rank order, a document's first passage giving
 its rank — exactly as bench/quality.py does — and the metrics (ragkb_core.metrics) score that ranking.
 The searches go through the same `search` a client calls, with the caller's key: access control and the
-key's search filter apply. They run in the request (no request timeout in uvicorn or Litestar), a few at
-a time; a SciFact train evaluation (809 queries) takes tens of seconds."""
+key's search filter apply, and so does its rate limit: an evaluation spends one token per search (queries
+× runs) before it starts, or is refused with 429 without searching (ragkb_api.rate_limit: one larger than the
+key's burst needs a full bucket and leaves the key waiting until its tokens are back). They run in the
+request (no request timeout in uvicorn or Litestar), a few at a time; a SciFact train evaluation (809
+queries) takes tens of seconds."""
 
 from __future__ import annotations
 
@@ -28,6 +31,7 @@ from ragkb_api.evaluations.schemas import (
     RunResult,
     RunSpec,
 )
+from ragkb_api.rate_limit import RateLimiter
 from ragkb_api.search.schemas import SearchRequest, SearchResponse
 from ragkb_core.metrics import MRR_AT_10, NDCG_AT_10, mean_scores, metric_names, recall_name, score_queries
 from ragkb_core.metrics import documents_in_rank_order as ranked_documents
@@ -65,10 +69,15 @@ class _Answer:
 
 class EvaluationService:
     def __init__(
-        self, question_sets: QuestionSetService, searcher: Searcher, concurrency: int = SEARCH_CONCURRENCY
+        self,
+        question_sets: QuestionSetService,
+        searcher: Searcher,
+        limiter: RateLimiter,
+        concurrency: int = SEARCH_CONCURRENCY,
     ) -> None:
         self._question_sets = question_sets
         self._searcher = searcher
+        self._limiter = limiter
         self._concurrency = concurrency
 
     def evaluate(self, kb_id: str, request: EvaluationRequest, caller: Caller) -> EvaluationOut:
@@ -77,6 +86,8 @@ class EvaluationService:
         generation, with the same metrics (ragkb_core.metrics)."""
         started = time.perf_counter()
         judged = self._question_sets.load(kb_id, request.question_set_id, request.max_queries)
+        runs = 1 if request.compare is None else 2
+        self._limiter.take(caller.key_id, len(judged.questions) * runs)
         base = self._run(kb_id, judged, request, request.depth, caller)
         compare = None
         if request.compare is not None:

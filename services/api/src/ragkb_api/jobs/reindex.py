@@ -19,7 +19,7 @@ from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, KnowledgeBase
 from ragkb_store.knowledge_bases import ensure_not_deleting, lock_kb
 from ragkb_store.ledger.jobs import add_items, start_job
-from ragkb_store.queue import enqueue_finish_reindex, enqueue_reindex_document
+from ragkb_store.queue import bulk_priority, enqueue_finish_reindex, enqueue_reindex_document
 from ragkb_store.reindexing import BuildSettings, IndexState, ReindexTarget, active_reindex, settings_of, take_settings
 from ragkb_store.states import ItemAction, JobKind
 
@@ -64,8 +64,9 @@ class ReindexService:
             add_items(session, job_id, kb_id, ItemAction.REINDEX, [source_id for _, source_id in documents])
         if not documents:
             enqueue_finish_reindex(self._queue, job_id)
-        for document_id, _ in documents:
-            enqueue_reindex_document(self._queue, job_id, document_id)
+        # The job's own documents are its KB's bulk backlog: the further down the list, the lower the priority.
+        for position, (document_id, _) in enumerate(documents):
+            enqueue_reindex_document(self._queue, job_id, document_id, bulk_priority(position))
         _log.info("KB %s: re-index job %s into generation %d (%d documents)", kb_id, job_id, generation, len(documents))
         return job_id
 

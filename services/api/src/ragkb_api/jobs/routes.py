@@ -14,7 +14,7 @@ from litestar.response import ServerSentEvent, ServerSentEventMessage
 
 from ragkb_api.access import Caller
 from ragkb_api.jobs.reindex import ReindexService
-from ragkb_api.jobs.schemas import JobOut, ReindexRequest, SyncPlanOut, SyncRequest
+from ragkb_api.jobs.schemas import JobOut, QueueOut, ReindexRequest, SyncPlanOut, SyncRequest
 from ragkb_api.jobs.service import RECENT_JOBS, JobService, JobSnapshot
 from ragkb_api.knowledge_bases.schemas import KnowledgeBaseOut
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
@@ -119,6 +119,15 @@ class KnowledgeBaseJobController(Controller):
         offset: Offset = 0,
     ) -> Response[list[JobOut]]:
         return paged_response(job_service.list_for_kb(kb_id, caller, kind, PageRequest(limit, offset)), request)
+
+    @get(
+        "/queue",
+        sync_to_thread=True,
+        summary="The KB's documents waiting and being built, per lane (interactive before bulk)",
+        opt=access("read"),
+    )
+    def queue(self, kb_id: str, job_service: JobService) -> QueueOut:
+        return job_service.queue(kb_id)
 
 
 class JobController(Controller):

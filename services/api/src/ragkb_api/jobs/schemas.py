@@ -121,3 +121,18 @@ class ReindexRequest(BaseModel):
     # Switch even when the new generation scores worse on the KB's quality-gate question set (the check still
     # runs the document checks; the job records that the gate was skipped).
     skip_quality_gate: bool = False
+
+
+class LaneOut(BaseModel):
+    pending: int = Field(description="documents waiting in the lane's queue")
+    processing: int = Field(description="documents a worker is building now")
+
+
+class QueueOut(BaseModel):
+    """A KB's documents not yet done, per lane: `interactive` (single uploads, batches of at most
+    RAGKB_JOBS__INTERACTIVE_MAX_DOCUMENTS) is taken before `bulk` (larger batches, a sync's uploads, retries of
+    many failed documents)."""
+
+    knowledge_base_id: str
+    interactive: LaneOut
+    bulk: LaneOut

@@ -9,9 +9,8 @@ are indexed or failed (ragkb_store.progress)."""
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
-from celery import Celery
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -22,6 +21,8 @@ from ragkb_api.jobs.schemas import (
     JobError,
     JobOut,
     JobProgress,
+    LaneOut,
+    QueueOut,
     SyncCounts,
     SyncDelete,
     SyncExcluded,
@@ -38,14 +39,27 @@ from ragkb_store import progress
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, Job, JobItem
 from ragkb_store.knowledge_bases import load_kb, load_writable_kb
-from ragkb_store.ledger import EVERY_DOCUMENT
+from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger
 from ragkb_store.ledger.jobs import add_failed_item, add_items, requeue_failed_documents, settle_item, start_job
+from ragkb_store.ledger.sources import begin_queued_job
 from ragkb_store.quality_gate import QualityCheck
-from ragkb_store.queue import enqueue_ingest
-from ragkb_store.states import FINISHED_JOB_STATUSES, ItemAction, JobKind
+from ragkb_store.queue import IngestQueue
+from ragkb_store.states import FINISHED_JOB_STATUSES, ItemAction, JobKind, Lane
 
 _log = logging.getLogger("ragkb.api.jobs")
 RECENT_JOBS = 50
+
+
+@dataclass(frozen=True)
+class SourceRun:
+    """What a source run lists, for its sync: each item's checksum by key, the items that could not be read
+    (key, reason: their documents are kept), the prefix of the source's documents' source_ids, and whether
+    the KB's eligible extensions apply to the keys."""
+
+    prefix: str
+    checksums: dict[str, str]
+    problems: list[tuple[str, str]] = field(default_factory=list)
+    check_extensions: bool = True
 
 
 @dataclass(frozen=True)
@@ -68,12 +82,13 @@ class JobSnapshot:
 
 class JobService:
     def __init__(
-        self, sessions: sessionmaker[Session], documents: DocumentService, queue: Celery, settings: JobSettings
+        self, sessions: sessionmaker[Session], documents: DocumentService, queue: IngestQueue, settings: JobSettings
     ) -> None:
         self._sessions = sessions
         self._documents = documents
         self._queue = queue
         self._settings = settings
+        self._ledger = DocumentLedger(sessions)
 
     # -- sync --------------------------------------------------------------------------------------------
 
@@ -91,14 +106,52 @@ class JobService:
         versions = {document.source_id: document.version for document in stored}
         shas = {entry.source_id: entry.sha256 for entry in manifest}
         job_id = self._record_sync_job(kb_id, plan, shas, versions)
+        assert job_id is not None  # a new job is never cancelled before it exists
         self._delete_orphans(kb_id, job_id, plan.delete, caller)
         with transaction(self._sessions) as session:
             progress.refresh_job(session, session.get_one(Job, job_id), self._settings.upload_wait_s)
         return _plan_out(plan, job_id)
 
-    def _record_sync_job(self, kb_id: str, plan: SyncPlan, shas: dict[str, str], versions: dict[str, int]) -> str:
+    def sync_source(self, kb_id: str, job_id: str, run: SourceRun, caller: Caller) -> SyncPlan | None:
+        """A source run's sync, in its queued job: plan the listed items against the documents the source
+        made (source_id `name:key`, compared by key under the KB's sync rules), record the plan in the job and
+        delete the orphans. Returns the plan by key (the uploads are the runner's), or None when the job was
+        cancelled while queued."""
+        with self._sessions() as session:
+            kb = load_writable_kb(session, kb_id)
+            rules = SyncRules.of(KbSync.model_validate(kb.sync), check_extensions=run.check_extensions)
+            stored = [doc for doc in _stored_documents(session, kb_id, caller) if doc.source_id.startswith(run.prefix)]
+        by_key = [replace(doc, source_id=doc.source_id.removeprefix(run.prefix)) for doc in stored]
+        plan = plan_sync([ManifestEntry(key, sha) for key, sha in run.checksums.items()], by_key, rules)
+        # An item that could not be read is neither uploaded nor deleted: its document stays as it is.
+        unread = {key for key, _ in run.problems}
+        plan.delete = [(key, document_id) for key, document_id in plan.delete if key not in unread]
+        plan.errors += run.problems
+        named = _prefixed(plan, run.prefix)
+        versions = {document.source_id: document.version for document in stored}
+        shas = {run.prefix + key: sha for key, sha in run.checksums.items()}
+        if self._record_sync_job(kb_id, named, shas, versions, queued_job_id=job_id) is None:
+            return None
+        self._delete_orphans(kb_id, job_id, named.delete, caller)
+        return plan
+
+    def _record_sync_job(
+        self,
+        kb_id: str,
+        plan: SyncPlan,
+        shas: dict[str, str],
+        versions: dict[str, int],
+        queued_job_id: str | None = None,
+    ) -> str | None:
+        """The sync's job (a new one, or the queued source run `queued_job_id` started) with the plan's items;
+        None when the queued job was cancelled meanwhile."""
         with transaction(self._sessions) as session:
-            job_id = start_job(session, JobKind.SYNC, kb_id, unchanged=len(plan.unchanged))
+            if queued_job_id is None:
+                job_id = start_job(session, JobKind.SYNC, kb_id, unchanged=len(plan.unchanged))
+            elif begin_queued_job(session, queued_job_id, unchanged=len(plan.unchanged)):
+                job_id = queued_job_id
+            else:
+                return None
             uploads = [source_id for source_id, _ in plan.upload]
             add_items(session, job_id, kb_id, ItemAction.UPLOAD, uploads, shas=shas, base_versions=versions)
             add_items(session, job_id, kb_id, ItemAction.DELETE, [source_id for source_id, _ in plan.delete])
@@ -125,15 +178,26 @@ class JobService:
         with transaction(self._sessions) as session:
             load_writable_kb(session, kb_id)
             job_id = start_job(session, JobKind.RETRY, kb_id)
-            document_ids = requeue_failed_documents(session, job_id, kb_id, caller.document_scope)
+            document_ids, lane = requeue_failed_documents(
+                session, job_id, kb_id, caller.document_scope, self._settings.interactive_max_documents
+            )
         for document_id in document_ids:
-            self._enqueue(document_id)
+            self._enqueue(document_id, kb_id, lane)
         with transaction(self._sessions) as session:
             job = session.get_one(Job, job_id)
             progress.refresh_job(session, job, self._settings.upload_wait_s)
             return _job_out(session, job)
 
     # -- reading and cancelling -----------------------------------------------------------------------------
+
+    def queue(self, kb_id: str) -> QueueOut:
+        lanes = self._ledger.queue_counts(kb_id)
+        interactive, bulk = lanes[Lane.INTERACTIVE], lanes[Lane.BULK]
+        return QueueOut(
+            knowledge_base_id=kb_id,
+            interactive=LaneOut(pending=interactive.pending, processing=interactive.processing),
+            bulk=LaneOut(pending=bulk.pending, processing=bulk.processing),
+        )
 
     def get(self, job_id: str, caller: Caller) -> JobOut:
         with transaction(self._sessions) as session:
@@ -189,9 +253,9 @@ class JobService:
             reported.update(item.id for item in new)
             return JobSnapshot(_job_out(session, job), new, job.status in FINISHED_JOB_STATUSES)
 
-    def _enqueue(self, document_id: str) -> None:
+    def _enqueue(self, document_id: str, kb_id: str, lane: Lane) -> None:
         try:
-            enqueue_ingest(self._queue, document_id)
+            self._queue.send(document_id, kb_id, lane)
         except Exception:  # the broker is down: the document is pending, the worker's sweeper queues it later
             _log.warning("could not queue document %s now; the sweeper will queue it", document_id, exc_info=True)
 
@@ -234,6 +298,17 @@ def _stored_documents(session: Session, kb_id: str, caller: Caller) -> list[Stor
         for document_id, source_id, sha, status, version, labels, doc_type in rows
         if scope.admits(labels, doc_type)
     ]
+
+
+def _prefixed(plan: SyncPlan, prefix: str) -> SyncPlan:
+    """The plan with its keys as the documents' source_ids."""
+    return SyncPlan(
+        upload=[(prefix + key, reason) for key, reason in plan.upload],
+        unchanged=[prefix + key for key in plan.unchanged],
+        delete=[(prefix + key, document_id) for key, document_id in plan.delete],
+        excluded=[(prefix + key, reason) for key, reason in plan.excluded],
+        errors=[(prefix + key, message) for key, message in plan.errors],
+    )
 
 
 def _settled(item: JobItem) -> SettledItem:

@@ -61,17 +61,27 @@ class SyncRules:
     include_prefixes: tuple[str, ...]
     excludes: tuple[tuple[str, regex.Pattern[str]], ...]
     extensions: frozenset[str]
+    # False for a source whose items are chosen otherwise (a web site's pages, by content type).
+    check_extensions: bool = True
     timeout_s: float = MATCH_TIMEOUT_S
     budget_s: float = PLAN_BUDGET_S
     _timed_out: set[str] = field(default_factory=set)
     _deadline: float | None = None
 
     @classmethod
-    def of(cls, sync: KbSync, timeout_s: float = MATCH_TIMEOUT_S, budget_s: float = PLAN_BUDGET_S) -> SyncRules:
+    def of(
+        cls,
+        sync: KbSync,
+        timeout_s: float = MATCH_TIMEOUT_S,
+        budget_s: float = PLAN_BUDGET_S,
+        *,
+        check_extensions: bool = True,
+    ) -> SyncRules:
         return cls(
             include_prefixes=tuple(sync.include_prefixes),
             excludes=tuple((pattern, compile_exclude(pattern)) for pattern in sync.exclude_patterns),
             extensions=frozenset(sync.extensions),
+            check_extensions=check_extensions,
             timeout_s=timeout_s,
             budget_s=budget_s,
         )
@@ -82,7 +92,7 @@ class SyncRules:
         if self.include_prefixes and not source_id.startswith(self.include_prefixes):
             return "outside the include prefixes"
         extension = PurePosixPath(source_id).suffix.lower()
-        if extension not in self.extensions:
+        if self.check_extensions and extension not in self.extensions:
             return (
                 f"extension {extension} is not eligible" if extension else "a file without an extension is not eligible"
             )

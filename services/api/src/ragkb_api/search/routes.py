@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from litestar import Controller, MediaType, Request, Response, post
@@ -16,9 +17,13 @@ from ragkb_api.search.schemas import (
     SearchTestResponse,
 )
 from ragkb_api.search.service import SearchService
-from ragkb_api.timing import AUTH_MS_STATE, SERVER_TIMING_HEADER, StageTimings
+from ragkb_api.timing import AUTH_MS_STATE, SERVER_TIMING_HEADER, StageTimings, server_timing
 from ragkb_core.contracts import AnalyzeResult
 from ragkb_http import access
+from ragkb_telemetry import metrics
+from ragkb_telemetry.metrics import observe_stages
+
+_log = logging.getLogger("ragkb.search")
 
 
 class SearchController(Controller):
@@ -41,8 +46,16 @@ class SearchController(Controller):
         timings = StageTimings()
         answer = search_service.search_json(data, caller, timings)
         auth_ms = request.state.get(AUTH_MS_STATE)
-        header = timings.header(**({"auth": auth_ms} if auth_ms is not None else {}))
-        return Response(answer, media_type=MediaType.JSON, headers={SERVER_TIMING_HEADER: header})
+        stages_ms = timings.all_ms(**({"auth": auth_ms} if auth_ms is not None else {}))
+        observe_stages(metrics.api_search_stage_duration, stages_ms)
+        # Ids and counts only: the query is the caller's text, never logged.
+        _log.info(
+            "search %d KBs: %.1f ms",
+            len(data.knowledge_base_ids),
+            stages_ms["total"],
+            extra={"kb_ids": data.knowledge_base_ids, "mode": data.mode, "duration_ms": round(stages_ms["total"], 2)},
+        )
+        return Response(answer, media_type=MediaType.JSON, headers={SERVER_TIMING_HEADER: server_timing(stages_ms)})
 
     @post(
         "/knowledge-bases/{kb_id:str}/search-test",

@@ -44,7 +44,8 @@ class SearchRequest(BaseModel):
     # The configured bound (RAGKB_LIMITS__MAX_QUERY_CHARS) is checked by the service.
     query: str = Field(min_length=1)
     knowledge_base_ids: list[Id] = Field(min_length=1, max_length=MAX_KBS_PER_SEARCH)
-    # hybrid: dense + BM25 fused by RRF; semantic: dense only; keyword: BM25 only. Default: each KB's own
+    # hybrid: dense + BM25 fused by the KB's `fusion` (DBSF unless the KB chose RRF); semantic: dense only;
+    # keyword: BM25 only. Default: each KB's own
     # (hybrid unless its `retrieval.hybrid` is off).
     mode: SearchMode | None = None
     # Shorthand: passages per KB and in the answer (sets settings.top_k and settings.max_blocks).

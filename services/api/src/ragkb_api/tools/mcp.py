@@ -3,7 +3,11 @@
 JSON-RPC 2.0 over `POST /mcp`, answered with `application/json` (never an SSE stream), no session ids: each
 request stands alone, so any number of clients and api processes serve at once. Implemented here rather than
 with the `mcp` SDK, whose server brings Starlette and a task-group lifespan into a Litestar app for three
-methods: `initialize`, `tools/list` and `tools/call` (plus `ping` and notifications, which are accepted)."""
+methods: `initialize`, `tools/list` and `tools/call` (plus `ping` and notifications, which are accepted).
+
+One POST carries one JSON-RPC message: batches (JSON arrays) are refused with -32600 and HTTP 400. The MCP
+revision 2025-06-18 dropped batching, and a batch would let one request (one rate-limit token) run thousands
+of tool calls; one message per request makes every `tools/call` spend one token of the key's limit."""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from litestar.status_codes import HTTP_200_OK, HTTP_400_BAD_REQUEST
 from pydantic import BaseModel, ValidationError
 
 from ragkb_api.access import Caller
@@ -23,7 +28,8 @@ from ragkb_api.tools.schemas import (
     SurroundingContextRequest,
 )
 from ragkb_api.tools.service import ToolService
-from ragkb_core.errors import RagkbError
+from ragkb_core.errors import InvalidInput, RagkbError
+from ragkb_http import NulInText, decode_json
 
 PROTOCOL_VERSIONS = ("2025-06-18", "2025-03-26", "2024-11-05")
 SERVER_INFO = {"name": "ragkb", "version": "1.0.0"}
@@ -83,20 +89,30 @@ TOOLS = {
 }
 
 
+@dataclass(frozen=True)
+class McpAnswer:
+    """What one POST answers: a JSON-RPC response (None for a notification) and its HTTP status."""
+
+    message: dict[str, Any] | None
+    status: int = HTTP_200_OK
+
+
 class McpServer:
     def __init__(self, tools: ToolService) -> None:
         self._tools = tools
 
-    def handle(self, body: bytes, caller: Caller) -> dict[str, Any] | list[dict[str, Any]] | None:
-        """The answer to one POSTed JSON-RPC message or batch; None when it held only notifications."""
+    def handle(self, body: bytes, caller: Caller) -> McpAnswer:
+        """The answer to one POSTed JSON-RPC message; a batch or a body that is not JSON is refused."""
         try:
-            message = json.loads(body)
-        except (ValueError, UnicodeDecodeError):
-            return _error(None, PARSE_ERROR, "the body is not JSON")
+            message = decode_json(body)
+        except NulInText as exc:
+            return McpAnswer(_error(None, INVALID_REQUEST, exc.detail), HTTP_400_BAD_REQUEST)
+        except InvalidInput:
+            return McpAnswer(_error(None, PARSE_ERROR, "the body is not JSON"), HTTP_400_BAD_REQUEST)
         if isinstance(message, list):
-            answers = [answer for item in message if (answer := self._one(item, caller)) is not None]
-            return answers or None
-        return self._one(message, caller)
+            refusal = "JSON-RPC batches are not supported (MCP 2025-06-18): send one message per request"
+            return McpAnswer(_error(None, INVALID_REQUEST, refusal), HTTP_400_BAD_REQUEST)
+        return McpAnswer(self._one(message, caller))
 
     def _one(self, message: Any, caller: Caller) -> dict[str, Any] | None:
         if (

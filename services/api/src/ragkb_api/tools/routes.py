@@ -112,9 +112,9 @@ class McpController(Controller):
     @post("/", status_code=HTTP_200_OK, sync_to_thread=True, opt=access("caller"))
     def message(self, body: bytes, mcp_server: McpServer, caller: Caller) -> Response[object]:
         answer = mcp_server.handle(body, caller)
-        if answer is None:
+        if answer.message is None:
             return Response(content=None, status_code=HTTP_202_ACCEPTED)
-        return Response(content=answer, status_code=HTTP_200_OK, media_type="application/json")
+        return Response(content=answer.message, status_code=answer.status, media_type="application/json")
 
     # A stateless server opens no server-to-client stream: the transport's answer for that is 405.
     @get("/", sync_to_thread=False, opt=access("caller"))

@@ -4,8 +4,9 @@ Two adapters implement it: `EdgeIndex` (Qdrant Edge in-process, the embedded def
 (a Qdrant server or cluster through qdrant-client). They must give the same results for the same
 operations; tests/integration/test_index_congruence.py holds them to it.
 
-Fusion. `search` fuses the dense and keyword legs with the engine's Reciprocal Rank Fusion, which
-scores a point as
+Fusion. `search` fuses the dense and keyword legs with the engine's fusion that the KB chose: DBSF (the
+default of a KB's `retrieval.fusion`, below) or Reciprocal Rank Fusion. The adapters' `fusion` parameter
+defaults to "rrf" only for their own tests; the retriever always passes the KB's. RRF scores a point as
 
     fused(d) = sum over legs L containing d of 1 / (k + rank_L(d)),   rank_L counted from 0
 
@@ -187,8 +188,8 @@ class VectorIndex(Protocol):
         generation: int | None = None,
         leg_payloads: bool = True,
     ) -> LegResults:
-        """Both legs filtered by `scope` inside the engine, fused with RRF (Qdrant's k = `rrf_k`, leg
-        `weights` (dense, keyword), see the module docstring).
+        """Both legs filtered by `scope` inside the engine, fused by `fusion`: DBSF, or RRF (Qdrant's k =
+        `rrf_k`, leg `weights` (dense, keyword)), see the module docstring.
 
         Without `dense` only the keyword leg runs, without (non-empty) `sparse` only the dense leg;
         `fused` is then that leg cut to `limit`. The `fused` hits always carry their payloads; the legs'

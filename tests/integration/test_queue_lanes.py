@@ -1,0 +1,193 @@
+"""Fair queueing on the real broker: documents recorded and sent as the api sends them (ledger + IngestQueue), taken
+by a real Celery worker consuming the two lanes as the ragkb worker does; and the sweeper sending a document
+whose worker died back to the lane it came from."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+import redis
+from celery import Celery
+from celery.contrib.testing.worker import start_worker
+from sqlalchemy.orm import Session, sessionmaker
+
+from ragkb_core.ids import new_id
+from ragkb_core.settings import RedisSettings
+from ragkb_store.blobs import BlobStore
+from ragkb_store.db.engine import transaction
+from ragkb_store.db.models import KnowledgeBase
+from ragkb_store.ledger import DocumentLedger, LaneCounts, NewVersion
+from ragkb_store.ledger.jobs import add_items, start_job
+from ragkb_store.queue import (
+    BULK_QUEUE,
+    INGEST_DOCUMENT,
+    WORKER_QUEUES,
+    IngestQueue,
+    broker_lists,
+    make_celery,
+)
+from ragkb_store.states import ItemAction, JobKind, Lane
+from ragkb_worker.settings import TaskSettings
+from ragkb_worker.sweeper import Sweeper
+from tests.support.in_process import migrated_sessions
+from tests.support.redis_db import HOST, PORT, private_redis_db
+
+pytestmark = pytest.mark.integration
+
+TAKEN = "test:taken"  # the Redis list the recording task appends each document id to, in the order it ran
+
+
+@dataclass
+class Lanes:
+    sessions: sessionmaker[Session]
+    ledger: DocumentLedger
+    broker: redis.Redis
+    app: Celery
+    queue: IngestQueue
+
+    def add_kb(self) -> str:
+        kb_id = new_id()
+        with transaction(self.sessions) as session:
+            session.add(KnowledgeBase(id=kb_id, name=f"kb-{kb_id}", embedding_model="m", analyzer_version="a"))
+        return kb_id
+
+    def upload(self, kb_id: str, count: int, lane: Lane) -> list[str]:
+        """`count` new documents recorded and sent on `lane`, as the api does; their ids."""
+        ids = []
+        for _ in range(count):
+            document = self.ledger.record_version(new_version(kb_id, lane)).document
+            self.queue.send(document.id, kb_id, Lane(document.lane))
+            ids.append(document.id)
+        return ids
+
+    def run_worker_until(self, count: int) -> list[str]:
+        """A Celery worker on both lanes (interactive first), one task at a time, until `count` ran; their ids."""
+        with start_worker(self.app, pool="solo", concurrency=1, perform_ping_check=False, queues=list(WORKER_QUEUES)):
+            for _ in range(count):
+                assert self.broker.blpop([f"{TAKEN}:signal"], timeout=60) is not None, "the worker took nothing"
+        return [raw.decode() for raw in self.broker.lrange(TAKEN, 0, -1)]
+
+
+def new_version(kb_id: str, lane: Lane) -> NewVersion:
+    source_id = new_id()
+    return NewVersion(
+        kb_id=kb_id,
+        source_id=source_id,
+        title=None,
+        default_title=source_id,
+        filename=None,
+        media_type="text/markdown",
+        size_bytes=1,
+        blob_sha256=source_id.ljust(64, "0"),
+        labels=[],
+        metadata={},
+        doc_type="knowledge",
+        lane=lane,
+    )
+
+
+@pytest.fixture
+def lanes(database_url: str) -> Iterator[Lanes]:
+    try:
+        redis.Redis(host=HOST, port=PORT).ping()
+    except redis.ConnectionError as exc:
+        pytest.skip(f"Redis is not reachable at {HOST}:{PORT}: {exc}")
+    with migrated_sessions(database_url) as sessions, private_redis_db() as broker:
+        db = broker.connection_pool.connection_kwargs["db"]
+        app = make_celery(RedisSettings(url=f"redis://{HOST}:{PORT}/{db}"))
+
+        # Stands in for the ingest task: records the order documents are taken in (the pipeline is not the point).
+        @app.task(name=INGEST_DOCUMENT, shared=False)  # type: ignore[untyped-decorator]
+        def record(document_id: str) -> None:
+            broker.rpush(TAKEN, document_id)
+            broker.rpush(f"{TAKEN}:signal", 1)
+
+        ledger = DocumentLedger(sessions, lease_s=60)
+        yield Lanes(sessions, ledger, broker, app, IngestQueue(app, ledger, fair=True))
+        app.close()
+
+
+def waiting(broker: redis.Redis, lane: Lane) -> list[tuple[str, int]]:
+    """(document id, priority) of the messages waiting in the lane's lists."""
+    found = []
+    for name in broker_lists(lane):
+        for raw in broker.lrange(name, 0, -1):
+            message = json.loads(raw)
+            (document_id,) = json.loads(base64.b64decode(message["body"]))[0]
+            found.append((document_id, message["properties"]["priority"]))
+    return found
+
+
+def test_an_upload_is_taken_before_another_kbs_import_queued_earlier(lanes: Lanes) -> None:
+    importing, uploading = lanes.add_kb(), lanes.add_kb()
+    imported = lanes.upload(importing, 30, Lane.BULK)
+    uploaded = lanes.upload(uploading, 2, Lane.INTERACTIVE)
+    assert lanes.ledger.queue_counts(importing)[Lane.BULK] == LaneCounts(pending=30)
+    assert lanes.ledger.queue_counts(uploading)[Lane.INTERACTIVE] == LaneCounts(pending=2)
+    taken = lanes.run_worker_until(32)
+    assert taken[:2] == uploaded
+    assert sorted(taken[2:]) == sorted(imported)  # every document of the import ran, none twice
+
+
+def test_a_small_bulk_job_goes_ahead_of_a_large_ones_tail(lanes: Lanes) -> None:
+    large, small = lanes.add_kb(), lanes.add_kb()
+    large_ids = lanes.upload(large, 120, Lane.BULK)
+    small_ids = lanes.upload(small, 5, Lane.BULK)
+    taken = lanes.run_worker_until(125)
+    # The large KB's first 50 share priority 0 with the small KB's 5; its other 70 come after all of them.
+    assert max(taken.index(document_id) for document_id in small_ids) < 55
+    assert taken[55:] == [document_id for document_id in taken if document_id in large_ids[50:]]
+
+
+def test_the_uploads_a_sync_waits_for_are_bulk_work(lanes: Lanes) -> None:
+    kb_id = lanes.add_kb()
+    with transaction(lanes.sessions) as session:
+        job_id = start_job(session, JobKind.SYNC, kb_id)
+        add_items(session, job_id, kb_id, ItemAction.UPLOAD, ["folder/a.md"])
+    # Both sent as single uploads are; the one the sync's plan asked for goes to the bulk lane.
+    synced = lanes.ledger.record_version(replace(new_version(kb_id, Lane.INTERACTIVE), source_id="folder/a.md"))
+    other = lanes.ledger.record_version(new_version(kb_id, Lane.INTERACTIVE))
+    assert (synced.document.lane, other.document.lane) == (Lane.BULK, Lane.INTERACTIVE)
+    assert lanes.ledger.queue_counts(kb_id) == {
+        Lane.INTERACTIVE: LaneCounts(pending=1),
+        Lane.BULK: LaneCounts(pending=1),
+    }
+
+
+def test_without_fair_queueing_every_document_waits_in_one_queue_in_order(lanes: Lanes) -> None:
+    fifo = IngestQueue(lanes.app, lanes.ledger, fair=False)
+    kb_id = lanes.add_kb()
+    ids = []
+    for lane in (Lane.BULK, Lane.INTERACTIVE, Lane.BULK):
+        document = lanes.ledger.record_version(new_version(kb_id, lane)).document
+        fifo.send(document.id, kb_id, lane)
+        ids.append(document.id)
+    assert lanes.broker.llen(BULK_QUEUE) == 0
+    assert lanes.run_worker_until(3) == ids
+
+
+def test_the_sweeper_queues_a_document_whose_worker_died_on_its_own_lane(lanes: Lanes, tmp_path: Path) -> None:
+    kb_id = lanes.add_kb()
+    # Recorded without being sent, then claimed by a worker that died at once (its lease is already over).
+    dying = DocumentLedger(lanes.sessions, lease_s=0)
+    by_lane = {}
+    for lane in Lane:
+        document_id = lanes.ledger.record_version(new_version(kb_id, lane)).document.id
+        assert dying.claim(document_id) is not None
+        by_lane[lane] = document_id
+    sweeper = Sweeper(
+        ledger=lanes.ledger,
+        blobs=BlobStore(tmp_path),
+        queue=lanes.queue,
+        redis=lanes.broker,
+        settings=TaskSettings(),
+        upload_wait_s=3600,
+    )
+    assert sorted(sweeper.sweep_once()) == sorted(by_lane.values())
+    assert waiting(lanes.broker, Lane.INTERACTIVE) == [(by_lane[Lane.INTERACTIVE], 0)]
+    assert waiting(lanes.broker, Lane.BULK) == [(by_lane[Lane.BULK], 0)]
