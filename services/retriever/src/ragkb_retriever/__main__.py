@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uvicorn
 
+from ragkb_core.retriever_client import RETRIEVER_KEEP_ALIVE_S
 from ragkb_retriever.app import create_app
 from ragkb_retriever.settings import RetrieverSettings
 from ragkb_telemetry.logs import configure_logging
@@ -21,6 +22,8 @@ def main() -> None:
         port=settings.retriever.port,
         log_config=None,
         access_log=False,
+        # Longer than its clients keep an idle connection (ragkb_core.retriever_client): they close it first.
+        timeout_keep_alive=RETRIEVER_KEEP_ALIVE_S,
         # SIGTERM: stop accepting, let searches and writes in flight finish, then close the index.
         timeout_graceful_shutdown=settings.retriever.drain_s,
     )

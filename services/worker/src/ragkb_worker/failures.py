@@ -14,6 +14,8 @@ from typing import TypeVar
 
 from celery import Task
 from celery.exceptions import SoftTimeLimitExceeded
+from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 
 from ragkb_core.errors import RagkbError
 
@@ -23,10 +25,12 @@ BACKOFF_BASE_S = 5
 BACKOFF_CAP_S = 300
 
 T = TypeVar("T")
+# The database driver's errors while the database is unreachable or restarting: as transient as Unavailable.
+DATABASE_UNAVAILABLE = (OperationalError, InterfaceError, PoolTimeout)
 
 
 def is_transient(exc: BaseException) -> bool:
-    return isinstance(exc, RagkbError) and exc.transient
+    return (isinstance(exc, RagkbError) and exc.transient) or isinstance(exc, DATABASE_UNAVAILABLE)
 
 
 def failure_reason(exc: BaseException, doing: str) -> str:
@@ -36,6 +40,8 @@ def failure_reason(exc: BaseException, doing: str) -> str:
         return exc.detail
     if isinstance(exc, SoftTimeLimitExceeded):
         return f"{doing} took longer than the task time limit"
+    if isinstance(exc, DATABASE_UNAVAILABLE):
+        return f"the metadata database did not answer while {doing}"
     _log.error("unexpected error while %s", doing, exc_info=exc)
     return f"internal error while {doing} ({type(exc).__name__})"
 

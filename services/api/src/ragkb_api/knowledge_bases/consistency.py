@@ -16,7 +16,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_api.knowledge_bases.schemas import ConsistencyRepairOut, ConsistencyReportOut, FindingOut, OrphanVersionOut
 from ragkb_core.contracts import KbPointCensus
 from ragkb_core.retriever_client import RetrieverClient
-from ragkb_store.consistency import Finding, FindingKind, compare, confirmed, repair_plan
+from ragkb_store.consistency import Finding, compare, confirmed, repair_plan
 from ragkb_store.db.models import utcnow
 from ragkb_store.knowledge_bases import load_kb
 from ragkb_store.ledger import DocumentLedger
@@ -36,19 +36,14 @@ class ConsistencyService:
         self._ledger = DocumentLedger(sessions)
 
     def check(self, kb_id: str) -> ConsistencyReportOut:
-        with self._sessions() as session:
-            load_kb(session, kb_id)  # 404 for a KB that does not exist
-        findings, census, documents = self._pass(kb_id)
-        if findings:
-            time.sleep(CONFIRM_AFTER_S)
-            second, census, documents = self._pass(kb_id)
-            findings = confirmed(findings, second)
+        findings, census, documents = self._examine(kb_id)
         return _report(kb_id, census, documents, findings)
 
     def repair(self, kb_id: str) -> ConsistencyRepairOut:
         """Re-queue the documents the index lacks, delete the points nothing owns; then check again."""
-        before = self.check(kb_id)
-        plan = repair_plan(_finding(finding) for finding in before.findings)
+        findings, census, documents = self._examine(kb_id)
+        before = _report(kb_id, census, documents, findings)
+        plan = repair_plan(findings)
         requeued = self._ledger.requeue_for_repair(kb_id, plan.requeue)
         for document_id in requeued:
             enqueue_ingest(self._queue, document_id)
@@ -71,6 +66,17 @@ class ConsistencyService:
             deleted_documents=plan.delete_documents,
             after=self.check(kb_id),
         )
+
+    def _examine(self, kb_id: str) -> tuple[list[Finding], KbPointCensus, int]:
+        """The confirmed findings (seen by two passes), the index's census and the number of documents."""
+        with self._sessions() as session:
+            load_kb(session, kb_id)  # 404 for a KB that does not exist
+        findings, census, documents = self._pass(kb_id)
+        if findings:
+            time.sleep(CONFIRM_AFTER_S)
+            second, census, documents = self._pass(kb_id)
+            findings = confirmed(findings, second)
+        return findings, census, documents
 
     def _pass(self, kb_id: str) -> tuple[list[Finding], KbPointCensus, int]:
         # The database first, then the index: a document finishing in between still looks in flight.
@@ -98,7 +104,3 @@ def _report(kb_id: str, census: KbPointCensus, documents: int, findings: list[Fi
             for finding in findings
         ],
     )
-
-
-def _finding(out: FindingOut) -> Finding:
-    return Finding(FindingKind(out.kind), out.document_id, out.detail, out.version, out.expected, out.found)
