@@ -91,3 +91,23 @@ def test_collapsed_by_document_each_document_keeps_its_best_candidate_and_top_k_
     assert ids(assembled.results) == ["p0", "q", "p3"]
     assert {(drop.stage, drop.hit.chunk_id) for drop in assembled.dropped} == {("collapse", "p1"), ("collapse", "p2")}
     assert "p0" in assembled.dropped[0].reason
+
+
+def test_the_similarity_floor_cuts_passages_under_their_kbs_min_relevance_with_or_without_a_reranker() -> None:
+    """Issue 21: without a reranker nothing could be cut, so a question about something absent got 12 passages."""
+    relevant, unrelated, keyword_only = hit("relevant", 0.9), hit("unrelated", 0.8), hit("keyword-only", 0.7)
+    relevant.relevance, unrelated.relevance = 0.93, 0.12  # keyword_only: no dense leg ran, no relevance
+    candidates = [Candidate(hit=h, part="a", threshold=None, floor=0.5) for h in (relevant, unrelated, keyword_only)]
+    assembled = assemble(candidates, top_k_per_part={"a": 5}, doc_type_quotas=None, max_blocks=5)
+    assert ids(assembled.results) == ["relevant", "keyword-only"]
+    assert [(drop.stage, drop.hit.chunk_id) for drop in assembled.dropped] == [("relevance", "unrelated")]
+    assert "under the min_relevance 0.5" in assembled.dropped[0].reason
+
+
+def test_nothing_relevant_is_an_empty_answer() -> None:
+    unrelated = [hit(f"u{i}", 1 - i / 10) for i in range(3)]
+    for found in unrelated:
+        found.relevance = 0.2
+    candidates = [Candidate(hit=found, part="a", threshold=None, floor=0.5) for found in unrelated]
+    assembled = assemble(candidates, top_k_per_part={"a": 12}, doc_type_quotas=None, max_blocks=12)
+    assert assembled.results == [] and {drop.stage for drop in assembled.dropped} == {"relevance"}

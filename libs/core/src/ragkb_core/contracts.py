@@ -163,7 +163,7 @@ class SearchQuery(BaseModel):
         return [kb.kb_id for kb in self.knowledge_bases]
 
 
-DropStage = Literal["top_k", "dedupe", "collapse", "threshold", "quota", "max_blocks"]
+DropStage = Literal["top_k", "dedupe", "collapse", "threshold", "relevance", "quota", "max_blocks"]
 
 
 def original_link(kb_id: str, document_id: str, page: int | None = None) -> str:
@@ -180,6 +180,11 @@ class SearchHit(BaseModel):
     # score by the KB's rerank_weight (0–1; at weight 1 the reranker's own). Else the fused score (RRF or
     # DBSF, or the single leg's cosine / BM25 in semantic / keyword mode).
     score: float
+    # How relevant the passage is, 0–1, comparable across questions and KBs of one embedding model: its dense
+    # cosine with the question through the KB's calibration (RelevanceCalibration; a passage only the keyword
+    # leg found is given the lowest cosine of the dense leg's candidates, which bounds its own). None when the
+    # search had no dense leg (keyword mode) or the model has no calibration. The KB's min_relevance cuts on it.
+    relevance: float | None = None
     knowledge_base_id: str
     document_id: str
     source_id: str

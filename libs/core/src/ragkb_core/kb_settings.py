@@ -119,6 +119,24 @@ FusionMethod = Literal["rrf", "dbsf"]
 MAX_TOP_K = 200
 MAX_BLOCKS = 200
 MAX_CANDIDATE_MULTIPLIER = 50
+# The similarity floor a KB applies unless it sets its own (KbRetrieval.min_relevance): chosen by
+# cross-validation across SciFact and JSQuAD (bench/relevance.py; README, Benchmarks).
+DEFAULT_MIN_RELEVANCE = 0.0
+
+
+class RelevanceCalibration(BaseModel):
+    """How a passage's dense cosine with the question becomes its 0–1 relevance (SearchHit.relevance):
+    1 / (1 + exp(−steepness × (cosine − midpoint))). A cosine has no fixed meaning across models (e5's
+    unrelated pairs score ~0.75, MiniLM's ~0.1), so each model has its own (EmbeddingSettings.relevance_of),
+    and a KB may set one fitted on its own questions."""
+
+    midpoint: float = Field(ge=-1, le=1)
+    steepness: float = Field(gt=0, le=1000)
+
+
+# multilingual-e5-small's, fitted on SciFact train and JSQuAD dev as P(relevant | cosine) over each question's
+# 100 nearest passages, the two collections weighted alike (bench/relevance.py).
+PACKAGED_E5_RELEVANCE = RelevanceCalibration(midpoint=0.85, steepness=40.0)
 MAX_RERANK_BUDGET_MS = 60_000
 
 
@@ -138,6 +156,7 @@ class RetrievalOverrides(BaseModel):
     score_threshold: float | None = Field(default=None, ge=0, le=1)
     rerank_budget_ms: int | None = Field(default=None, ge=0, le=MAX_RERANK_BUDGET_MS)
     rerank_weight: float | None = Field(default=None, ge=0, le=1)
+    min_relevance: float | None = Field(default=None, ge=0, le=1)
     max_blocks: int | None = Field(default=None, ge=1, le=MAX_BLOCKS)
     doc_type_quotas: dict[DocType, Annotated[int, Field(ge=0, le=MAX_BLOCKS)]] | None = None
 
@@ -177,6 +196,12 @@ class KbRetrieval(BaseModel):
     # score + the rest × the fused score scaled to 0–1 over the candidates (ragkb_models.cross_encoder
     # .blend_scores). 1: the reranker's order alone. score_threshold still reads the reranker's own score.
     rerank_weight: float = Field(default=1.0, ge=0, le=1)
+    # The similarity floor: a passage whose relevance (0–1, SearchHit.relevance) is under it is left out, with
+    # or without a reranker, so a question about something the KB does not hold is answered with nothing.
+    # 0: no floor. Passages without a relevance (a keyword-only search, a model without a calibration) pass.
+    min_relevance: float = Field(default=DEFAULT_MIN_RELEVANCE, ge=0, le=1)
+    # The mapping from dense cosine to relevance for this KB; None: its embedding model's default.
+    relevance_calibration: RelevanceCalibration | None = None
     # Passages in an answer across all KBs searched together.
     max_blocks: int = Field(default=12, ge=1, le=MAX_BLOCKS)
     # Per document type, the most passages of that type an answer holds, filled from that type's own

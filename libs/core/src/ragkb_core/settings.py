@@ -11,7 +11,14 @@ from pydantic import BaseModel, Field, SecretStr, field_validator, model_validat
 from pydantic_settings import SettingsConfigDict
 
 from ragkb_core.errors import InvalidInput
-from ragkb_core.kb_settings import MAX_REPLICATION, MAX_SHARDS, KbIndexLayout, check_write_consistency
+from ragkb_core.kb_settings import (
+    MAX_REPLICATION,
+    MAX_SHARDS,
+    PACKAGED_E5_RELEVANCE,
+    KbIndexLayout,
+    RelevanceCalibration,
+    check_write_consistency,
+)
 
 # One place for the environment conventions of every service's settings class.
 SERVICE_SETTINGS_CONFIG = SettingsConfigDict(
@@ -93,6 +100,9 @@ class EmbeddingModelSpec(BaseModel):
     # "query: " / "passage: " set here).
     query_prefix: str | None = None
     passage_prefix: str | None = None
+    # Its cosine → relevance mapping (ragkb_core.kb_settings.RelevanceCalibration). None: the packaged e5's for
+    # "multilingual-e5-small"; for any other model hits carry no relevance and the similarity floor is off.
+    relevance: RelevanceCalibration | None = None
 
 
 class EmbeddingSettings(BaseModel):
@@ -116,6 +126,9 @@ class EmbeddingSettings(BaseModel):
     # of model ids or folders, or an object name → {path?, query_prefix?, passage_prefix?}. The api, the worker
     # and the retriever must all be given the same list.
     allowed_models: dict[str, EmbeddingModelSpec] = Field(default_factory=dict)
+    # The default model's cosine → relevance mapping; None: the packaged e5's when `model` is the packaged
+    # multilingual-e5-small, else none (hits carry no relevance and no similarity floor applies).
+    relevance: RelevanceCalibration | None = None
 
     @field_validator("allowed_models", mode="before")
     @classmethod
@@ -145,6 +158,16 @@ class EmbeddingSettings(BaseModel):
                 allowed_models=self.model_names,
             )
 
+    def relevance_of(self, name: str | None = None) -> RelevanceCalibration | None:
+        """The cosine → relevance mapping of model `name` (None: the default model); None when it has none."""
+        name = name or self.model
+        configured = (
+            self.relevance if name == self.model else self.allowed_models.get(name, EmbeddingModelSpec()).relevance
+        )
+        if configured is None and name == PACKAGED_E5_MODEL:
+            return PACKAGED_E5_RELEVANCE
+        return configured
+
     def for_model(self, name: str | None = None) -> EmbeddingSettings:
         """The settings that load model `name` (None: the default) with its own path and prefixes and this
         server's runtime options; InvalidInput when the model is not allowed here."""
@@ -159,6 +182,7 @@ class EmbeddingSettings(BaseModel):
                 "model": spec.path or name,
                 "query_prefix": query if spec.query_prefix is None else spec.query_prefix,
                 "passage_prefix": passage if spec.passage_prefix is None else spec.passage_prefix,
+                "relevance": self.relevance_of(name),
                 "allowed_models": {},
             }
         )

@@ -50,7 +50,12 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
         index=index,
         indexing=IndexService(index, embedders),
         search=SearchService(
-            index, embedders.get, bm25_for, rerankers, QueryVectorCache(settings.retriever.query_cache_size)
+            index,
+            embedders.get,
+            bm25_for,
+            rerankers,
+            QueryVectorCache(settings.retriever.query_cache_size),
+            calibration_for=settings.embedding.relevance_of,
         ),
     )
 

@@ -10,8 +10,10 @@ cuts is the contract:
 2. merge all KBs by the answer's score (`SearchHit.score`: the reranker's when it ran, else the fused one);
 3. `dedupe` — the same passage text twice (e.g. one file uploaded under two source ids) is kept once;
 4. `threshold` — a reranked passage under its KB's `score_threshold` (only when the reranker ran);
-5. `quota` — per doc_type, at most its quota;
-6. `max_blocks` — the answer's size across KBs.
+5. `relevance` — a passage whose relevance is under its KB's `min_relevance` (the similarity floor, reranked
+   or not; a passage without a relevance passes);
+6. `quota` — per doc_type, at most its quota;
+7. `max_blocks` — the answer's size across KBs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ class Candidate:
     # The KB-part it was retrieved in: a KB, or a KB's doc_type share when quotas are set.
     part: str
     threshold: float | None  # its KB's score_threshold when the reranker applies to it; else None
+    floor: float = 0.0  # its KB's min_relevance
 
 
 @dataclass
@@ -53,6 +56,7 @@ def assemble(
     kept = sorted(kept, key=lambda candidate: -candidate.hit.score)
     kept = _dedupe(kept, dropped)
     kept = _apply_thresholds(kept, dropped)
+    kept = _apply_floors(kept, dropped)
     kept = _apply_quotas(kept, doc_type_quotas, dropped)
     for candidate in kept[max_blocks:]:
         dropped.append(_drop(candidate, "max_blocks", f"beyond max_blocks = {max_blocks}"))
@@ -107,6 +111,18 @@ def _apply_thresholds(ordered: list[Candidate], dropped: list[DroppedHit]) -> li
         if candidate.threshold is not None and score is not None and score < candidate.threshold:
             reason = f"reranker score {score:.4f} is under the score_threshold {candidate.threshold}"
             dropped.append(_drop(candidate, "threshold", reason))
+        else:
+            kept.append(candidate)
+    return kept
+
+
+def _apply_floors(ordered: list[Candidate], dropped: list[DroppedHit]) -> list[Candidate]:
+    kept: list[Candidate] = []
+    for candidate in ordered:
+        relevance = candidate.hit.relevance
+        if relevance is not None and relevance < candidate.floor:
+            reason = f"relevance {relevance:.4f} is under the min_relevance {candidate.floor}"
+            dropped.append(_drop(candidate, "relevance", reason))
         else:
             kept.append(candidate)
     return kept

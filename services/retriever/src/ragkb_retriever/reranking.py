@@ -1,8 +1,9 @@
 """Cross-encoder reranking under a per-request latency budget.
 
 A `RerankerPool` holds the cross-encoders this server may use (the default model and the allowed ones; ONNX or
-sentence-transformers, see `ragkb_models.cross_encoder`), each loaded once, and scores (query, passage) pairs
-with them. Reranking is an improvement, never a requirement: when the model is not allowed, cannot load, fails,
+sentence-transformers, see `ragkb_models.cross_encoder`), each loaded once, and the HTTP rerank services it may
+call (`http_reranking`, RerankerSettings.http_models), and scores (query, passage) pairs with them.
+Reranking is an improvement, never a requirement: when the model is not allowed, cannot load, fails,
 or would not finish within the budget, the outcome carries no scores and says why (`degraded_reason`), and the
 caller keeps the fused order. It never raises for any of these.
 
@@ -25,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragkb_models.cross_encoder import CrossEncoderModel, load_cross_encoder
+from ragkb_retriever.http_reranking import HttpReranker
 from ragkb_retriever.settings import RerankerSettings
 
 logger = logging.getLogger(__name__)
@@ -66,8 +68,8 @@ class RerankerStats:
 class RerankerPool:
     def __init__(self, settings: RerankerSettings) -> None:
         self._settings = settings
-        self._allowed = {name for name in [settings.model, *settings.allowed_models] if name}
-        self._slots: dict[str, _ModelSlot] = {}
+        self._allowed = {name for name in [settings.model, *settings.allowed_models, *settings.http_models] if name}
+        self._slots: dict[str, _ModelSlot | HttpReranker] = {}
         self._slots_lock = threading.Lock()
 
     @property
@@ -90,7 +92,10 @@ class RerankerPool:
         name = model or self.default_model
         if name is None or name not in self._allowed:
             return None
-        return self._slot(name).stats()
+        slot = self._slot(name)
+        if isinstance(slot, HttpReranker):
+            return RerankerStats(True, 0, None, slot.calls, slot.ms_per_pair)
+        return slot.stats()
 
     def rerank(self, model: str | None, query: str, texts: Sequence[str], budget_ms: int) -> RerankOutcome:
         """Score every text against `query` with `model` (None: the default) within `budget_ms`."""
@@ -121,10 +126,11 @@ class RerankerPool:
             return None, "the reranking budget is 0 ms"
         return self._slot(name).score(query, list(texts), budget_ms)
 
-    def _slot(self, name: str) -> _ModelSlot:
+    def _slot(self, name: str) -> _ModelSlot | HttpReranker:
         with self._slots_lock:
             if name not in self._slots:
-                self._slots[name] = _ModelSlot(name, self._settings)
+                spec = self._settings.http_models.get(name)
+                self._slots[name] = HttpReranker(name, spec) if spec else _ModelSlot(name, self._settings)
             return self._slots[name]
 
 

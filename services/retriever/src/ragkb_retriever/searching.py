@@ -7,6 +7,7 @@ parallel), rerank, assemble (the cuts, see assembly.py).
 
 from __future__ import annotations
 
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -35,7 +36,7 @@ from ragkb_core.contracts import (
     original_link,
 )
 from ragkb_core.errors import NotFound
-from ragkb_core.kb_settings import KbAnalyzer
+from ragkb_core.kb_settings import KbAnalyzer, RelevanceCalibration
 from ragkb_models.cross_encoder import blend_scores, passage_for_reranking
 from ragkb_retriever.assembly import Candidate, assemble
 from ragkb_retriever.index.filters import ordinal_window_filter
@@ -53,6 +54,8 @@ class QueryEncoder(Protocol):
 
 # The query encoder of an embedding model by name (None: the default model), e.g. ragkb_models.EmbedderPool.get.
 QueryEncoderFor = Callable[[str | None], QueryEncoder]
+# An embedding model's cosine → relevance mapping by name (None: the default), e.g. EmbeddingSettings.relevance_of.
+CalibrationFor = Callable[[str | None], RelevanceCalibration | None]
 EncoderForAnalyzer = Callable[[KbAnalyzer], Bm25Encoder]
 
 
@@ -111,8 +114,11 @@ class SearchService:
         bm25_for: EncoderForAnalyzer,
         rerankers: RerankerPool,
         query_vectors: QueryVectorCache | None = None,
+        *,
+        calibration_for: CalibrationFor = lambda _: None,
     ) -> None:
         self._index = index
+        self._calibration_for = calibration_for
         self._encoder_for = encoder_for
         self._bm25_for = bm25_for
         self._rerankers = rerankers
@@ -127,7 +133,12 @@ class SearchService:
         with watch.stage("retrieve"):
             retrieved = self._retrieve(parts, vectors, explain=query.explain)
         candidates = [
-            Candidate(hit=hit, part=part.name, threshold=part.kb.retrieval.score_threshold if part.reranks else None)
+            Candidate(
+                hit=hit,
+                part=part.name,
+                threshold=part.kb.retrieval.score_threshold if part.reranks else None,
+                floor=part.kb.retrieval.min_relevance,
+            )
             for part, (hits, _) in zip(parts, retrieved, strict=True)
             for hit in hits
         ]
@@ -228,7 +239,8 @@ class SearchService:
                 # The legs' own payloads serve only the explanation of their rankings.
                 leg_payloads=explain,
             )
-            return _annotated_hits(part.kb, legs), legs
+            calibration = retrieval.relevance_calibration or self._calibration_for(part.kb.embedding_model)
+            return _annotated_hits(part.kb, legs, calibration), legs
 
         if len(parts) == 1:
             return [one_part(parts[0])]
@@ -309,16 +321,28 @@ def _rerank_text(hit: SearchHit) -> str:
     return passage_for_reranking(hit.title, hit.heading_path, hit.text)
 
 
-def _annotated_hits(kb: KbSearch, legs: LegResults) -> list[SearchHit]:
-    """Fused hits with their fused rank and the rank and score each had in the dense and keyword legs."""
+def _annotated_hits(kb: KbSearch, legs: LegResults, calibration: RelevanceCalibration | None) -> list[SearchHit]:
+    """Fused hits with their fused rank, the rank and score each had in the dense and keyword legs, and their
+    relevance."""
     dense_ranks = _ranks(legs.dense)
     keyword_ranks = _ranks(legs.keyword)
+    # A passage only the keyword leg found is at most as close to the question as the dense leg's last.
+    lowest_cosine = legs.dense[-1].score if legs.dense else None
     hits = []
     for rank, found in enumerate(legs.fused, start=1):
         hit = _hit(kb.kb_id, found, dense_ranks.get(found.id), keyword_ranks.get(found.id), kb.name)
         hit.fused_rank, hit.fused_score = rank, found.score
+        cosine = hit.dense_score if hit.dense_score is not None else lowest_cosine
+        if calibration is not None and cosine is not None:
+            hit.relevance = round(relevance(cosine, calibration), 6)
         hits.append(hit)
     return hits
+
+
+def relevance(cosine: float, calibration: RelevanceCalibration) -> float:
+    """A dense cosine as a 0–1 relevance: the calibration's logistic (RelevanceCalibration)."""
+    exponent = -calibration.steepness * (cosine - calibration.midpoint)
+    return 1.0 / (1.0 + math.exp(min(exponent, 700.0)))
 
 
 def _leg_rankings(part: KbPart, legs: LegResults) -> list[LegRanking]:

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from typing import Literal
+
+from pydantic import AnyHttpUrl, BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings
 
 from ragkb_core.settings import (
@@ -15,6 +17,24 @@ from ragkb_core.settings import (
 )
 
 
+class HttpRerankerSpec(BaseModel):
+    """A rerank service of the common `/rerank` shape (Cohere, Jina, Text Embeddings Inference, Infinity):
+    POST {model?, query, documents | texts, top_n} → results with `index` and `relevance_score` (or `score`)."""
+
+    # The endpoint itself, e.g. https://api.cohere.com/v2/rerank or http://tei:8080/rerank.
+    url: AnyHttpUrl
+    # The model the service is asked for (sent as `model`); None sends none (TEI serves one model).
+    model: str | None = None
+    # Sent as `Authorization: Bearer <key>`; None sends no header.
+    api_key: SecretStr | None = None
+    # The passages' field: "documents" (Cohere, Jina, Infinity) or "texts" (TEI).
+    documents_field: Literal["documents", "texts"] = "documents"
+    # The service's scores are logits (TEI with raw_scores): mapped to 0–1 by a sigmoid, as a local model's are.
+    logits: bool = False
+    # Seconds a call may take at most; a search's own rerank_budget_ms cuts it shorter.
+    timeout_s: float = Field(default=10.0, gt=0, le=120)
+
+
 class RerankerSettings(BaseModel):
     # The default reranker: a sentence-transformers cross-encoder id or folder. None (the default) = no reranker,
     # because no cross-encoder ships offline and a real one costs seconds per search on a small CPU.
@@ -22,6 +42,10 @@ class RerankerSettings(BaseModel):
     # Other ids or folders a knowledge base may choose; the default model is always allowed. A closed list, so a
     # request cannot make the server load (or download) an arbitrary model.
     allowed_models: list[str] = Field(default_factory=list)
+    # HTTP rerank services, by the name a KB chooses as its `reranker_model` (or `model` names as the default):
+    # a JSON object name → {url, model?, api_key?, documents_field?, logits?, timeout_s?}. They are allowed
+    # as the listed models are; the API key stays here, never in a KB's settings.
+    http_models: dict[str, HttpRerankerSpec] = Field(default_factory=dict)
     # Tokens per (query, passage) pair; longer pairs are truncated. Bounded because cost grows with length and
     # most cross-encoders are trained on ≤ 512 tokens.
     max_length: int = Field(default=256, ge=16, le=512)

@@ -20,6 +20,7 @@ from ragkb_api.search.schemas import SearchFilters, SearchRequest
 from ragkb_api.search.service import SearchService
 from ragkb_core.contracts import SearchHit
 from ragkb_core.errors import Conflict, NotFound, TooManyRequests, Unauthorized
+from ragkb_core.kb_settings import RetrievalOverrides
 from ragkb_store.db.models import Document
 
 INVALID_HEADER, AUTH_FAILED, NO_SUCH_KNOWLEDGE = 1001, 1002, 2001
@@ -123,10 +124,14 @@ class DifyService:
             # Inside the search's filter, before ranking: top_k records whenever that many passages match.
             filters = _within_documents(self._documents_matching(request.knowledge_id, condition))
         search = SearchRequest(
-            query=request.query, knowledge_base_ids=[request.knowledge_id], top_k=setting.top_k, filters=filters
+            query=request.query,
+            knowledge_base_ids=[request.knowledge_id],
+            top_k=setting.top_k,
+            filters=filters,
+            settings=_floor(setting.score_threshold),
         )
         try:
-            hits = [hit for hit in self._search.search(search, caller).results if hit.score >= setting.score_threshold]
+            hits = self._search.search(search, caller).results
         except NotFound:
             raise DifyError(NO_SUCH_KNOWLEDGE, "The knowledge does not exist", 404) from None
         except Conflict:  # a KB being deleted: Dify's protocol has no code but "does not exist" for it
@@ -149,6 +154,12 @@ class DifyService:
             return {document_id: dict(metadata or {}) for document_id, metadata in rows}
 
 
+def _floor(score_threshold: float) -> RetrievalOverrides:
+    """Dify's 0–1 score_threshold is the similarity floor of this search (compared with each passage's 0–1
+    relevance, not with fused scores that have no fixed range); 0, Dify's "off", keeps the KB's own floor."""
+    return RetrievalOverrides(min_relevance=score_threshold) if score_threshold > 0 else RetrievalOverrides()
+
+
 def _within_documents(document_ids: list[str]) -> SearchFilters:
     """A filter to these documents. Built without the request bound on document ids: the ids come from the
     database, not from a caller, and a condition may match any number of documents (an empty list: none)."""
@@ -158,7 +169,8 @@ def _within_documents(document_ids: list[str]) -> SearchFilters:
 def _record(hit: SearchHit, metadata: dict[str, dict[str, Any]]) -> DifyRecord:
     return DifyRecord(
         content=hit.text,
-        score=hit.score,
+        # The 0–1 relevance Dify's score_threshold was compared with; the answer's order is still the search's.
+        score=hit.relevance if hit.relevance is not None else hit.score,
         title=hit.title,
         # The document's own metadata, then ragkb's citation fields (which win on a clash).
         metadata={

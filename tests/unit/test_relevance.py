@@ -1,0 +1,37 @@
+"""A passage's 0–1 relevance: the calibrated logistic of its dense cosine, the model's calibration by default."""
+
+from __future__ import annotations
+
+import pytest
+
+from ragkb_core.kb_settings import DEFAULT_MIN_RELEVANCE, PACKAGED_E5_RELEVANCE, KbRetrieval, RelevanceCalibration
+from ragkb_core.settings import PACKAGED_E5_MODEL, EmbeddingModelSpec, EmbeddingSettings
+from ragkb_retriever.searching import relevance
+
+CALIBRATION = RelevanceCalibration(midpoint=0.8, steepness=40)
+
+
+def test_relevance_is_a_monotone_zero_to_one_mapping_centred_on_the_midpoint() -> None:
+    values = [relevance(cosine, CALIBRATION) for cosine in (-1.0, 0.6, 0.75, 0.8, 0.85, 0.95, 1.0)]
+    assert values == sorted(values) and all(0.0 <= value <= 1.0 for value in values)
+    assert relevance(0.8, CALIBRATION) == pytest.approx(0.5)
+    assert relevance(-1.0, CALIBRATION) < 1e-6 and relevance(1.0, CALIBRATION) > 0.99
+
+
+def test_each_model_has_its_own_calibration_and_an_uncalibrated_one_has_none() -> None:
+    minilm = RelevanceCalibration(midpoint=0.3, steepness=12)
+    settings = EmbeddingSettings(
+        allowed_models={"all-MiniLM-L6-v2": EmbeddingModelSpec(relevance=minilm), "bge-small": EmbeddingModelSpec()}
+    )
+    assert settings.relevance_of(None) == settings.relevance_of(PACKAGED_E5_MODEL) == PACKAGED_E5_RELEVANCE
+    assert settings.relevance_of("all-MiniLM-L6-v2") == minilm
+    assert settings.relevance_of("bge-small") is None
+    assert settings.for_model("all-MiniLM-L6-v2").relevance_of() == minilm
+    assert EmbeddingSettings(model="some/other-model").relevance_of() is None
+
+
+def test_the_floor_is_a_retrieval_setting_with_a_documented_default() -> None:
+    assert KbRetrieval().min_relevance == DEFAULT_MIN_RELEVANCE
+    assert KbRetrieval(min_relevance=0).min_relevance == 0
+    with pytest.raises(ValueError):
+        KbRetrieval(min_relevance=1.5)
