@@ -514,6 +514,8 @@ def _restored_document(kb_id: str, restored: RestoredDocument) -> Document:
         labels=restored.labels,
         metadata_=restored.metadata,
         doc_type=restored.doc_type,
+        # Built again only when its points did not come with the backup: a whole KB's worth is bulk work.
+        lane=Lane.BULK,
         status=status,
         version=restored.version,
         indexed_version=indexed_version,

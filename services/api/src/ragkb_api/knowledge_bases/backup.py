@@ -46,6 +46,7 @@ from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, KnowledgeBase
 from ragkb_store.ledger import DocumentLedger, RestoredDocument
 from ragkb_store.queue import enqueue_ingest
+from ragkb_store.states import Lane
 
 _log = logging.getLogger("ragkb.api")
 
@@ -179,7 +180,7 @@ class BackupService:
         ]
         queued = self._ledger.restore(kb.id, restored)
         for document_id in queued:
-            enqueue_ingest(self._queue, document_id)
+            enqueue_ingest(self._queue, document_id, Lane.BULK)
         _log.info(
             "KB %s restored as %s: %d documents, %d points", manifest.knowledge_base.name, kb.id, len(documents), points
         )

@@ -21,6 +21,7 @@ from ragkb_store.db.models import utcnow
 from ragkb_store.knowledge_bases import load_kb
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.queue import enqueue_ingest
+from ragkb_store.states import Lane
 
 _log = logging.getLogger("ragkb.api")
 # A finding must still be there this long after the first pass: a document moving on between reading the
@@ -46,7 +47,7 @@ class ConsistencyService:
         plan = repair_plan(findings)
         requeued = self._ledger.requeue_for_repair(kb_id, plan.requeue)
         for document_id in requeued:
-            enqueue_ingest(self._queue, document_id)
+            enqueue_ingest(self._queue, document_id, Lane.BULK)
         for document_id, version in plan.delete_versions:
             self._retriever.delete_document(kb_id, document_id, only_version=version)
         for document_id in plan.delete_documents:
