@@ -131,6 +131,24 @@ def test_search_and_context_refuse_a_text_plain_body_with_415(ragkb: RunningRagk
         assert ragkb.client.post(path, content=body, headers=JSON_HEADERS).status_code == 200
 
 
+def test_an_unknown_query_parameter_is_refused_not_ignored(ragkb: RunningRagkb, kb_id: str) -> None:
+    misspelt = ragkb.client.get("/v1/knowledge-bases", params={"limt": "1"})
+    assert misspelt.status_code == 422
+    assert "limt" in _problem(misspelt)["detail"] and "limit" in _problem(misspelt)["detail"]
+    assert ragkb.client.get("/v1/knowledge-bases", params={"limit": "1"}).status_code == 200
+    documents = f"/v1/knowledge-bases/{kb_id}/documents"
+    assert ragkb.client.get(documents, params={"status": "done", "label": "x"}).status_code == 200
+    assert ragkb.client.get(documents, params={"kb": kb_id}).status_code == 422
+
+
+def test_dify_answers_an_id_no_kb_can_have_as_unknown_knowledge(ragkb: RunningRagkb) -> None:
+    body = {"knowledge_id": "not an id!", "query": "lunch", "retrieval_setting": {"top_k": 3}}
+    answer = ragkb.client.post("/retrieval", json=body)
+    assert (answer.status_code, answer.json()["error_code"]) == (404, 2001), answer.text
+    blank = ragkb.client.post("/retrieval", json={**body, "knowledge_id": "a" * 32, "query": "   "})
+    assert blank.status_code == 422, blank.text
+
+
 # -- 14. NUL characters ---------------------------------------------------------------------------------------
 
 

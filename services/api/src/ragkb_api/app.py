@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from celery import Celery
 from kombu.exceptions import OperationalError as BrokerUnavailable
-from litestar import Litestar, Router
+from litestar import Litestar, Request, Router
 from litestar._openapi.plugin import OpenAPIPlugin  # the document's one owner; no public accessor
 from litestar.di import Provide
 from litestar.openapi import OpenAPIConfig
@@ -64,6 +65,7 @@ from ragkb_core.retriever_client import RetrieverClient
 from ragkb_http import (
     PROBLEM_HANDLERS,
     PUBLIC,
+    DeclaredQueryParameters,
     JsonBodyRequest,
     access,
     dependency_error_handlers,
@@ -175,6 +177,7 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
 def create_app(settings: ApiSettings) -> Litestar:
     limiter = build_rate_limiter(settings.rate_limit, settings.redis.url)
     services = build_services(settings, limiter)
+    declared_queries = DeclaredQueryParameters()
     # Readiness must answer quickly even when Redis hangs.
     redis = Redis.from_url(settings.redis.url, socket_timeout=2, socket_connect_timeout=2)
     checks = {
@@ -244,8 +247,9 @@ def create_app(settings: ApiSettings) -> Litestar:
         },
         # JSON bodies: 415 when declared as another type, 422 when malformed or nested past the decoder.
         request_class=JsonBodyRequest,
-        # A NUL in a path or query parameter: 422 before any handler (request text never holds one).
-        before_request=refuse_nul_in_url,
+        # A NUL in a path or query parameter, or a query parameter the operation does not take: 422 before
+        # any handler (request text never holds a NUL; a misspelt parameter must not pass for an absent one).
+        before_request=lambda request: check_url(request, declared_queries),
         middleware=observation_middleware("api"),
         plugins=tracing_plugins(tracing_configured()),
         openapi_config=OpenAPIConfig(
@@ -269,8 +273,13 @@ def create_app(settings: ApiSettings) -> Litestar:
         logging_config=None,
     )
     # Completed once, before /schema serves it: problem details, event streams, bodies read by hand.
-    complete_contract(app.plugins.get(OpenAPIPlugin).provide_openapi_schema())
+    declared_queries.learn(complete_contract(app.plugins.get(OpenAPIPlugin).provide_openapi_schema()))
     return app
+
+
+def check_url(request: Request[Any, Any, Any], declared_queries: DeclaredQueryParameters) -> None:
+    refuse_nul_in_url(request)
+    declared_queries.refuse_unknown(request)
 
 
 def scrape_metrics(services: ApiServices, redis: Redis, checks: ReadinessChecks) -> CollectorRegistry:

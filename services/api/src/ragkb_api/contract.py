@@ -4,7 +4,8 @@ Litestar documents each operation's success answer and a 400 in its own error sh
 error as RFC 9457 problem details (ragkb_http.problems), so the document is completed once, here: each
 authenticated operation lists 401/403/422/429 (and 404, 409, 413, 415 where they can occur) as
 `application/problem+json`; the job event stream is `text/event-stream`, an original a file; and the three
-bodies that handlers read themselves (upload, batch, question-set upload: JSON or multipart) are described, so
+bodies that handlers read themselves (upload, batch, question-set upload: JSON or multipart; a restore's
+archive) are described, so
 that a client generated from the document sends what the server accepts.
 """
 
@@ -37,6 +38,7 @@ ORIGINAL_PATH = "/v1/knowledge-bases/{kb_id}/documents/{document_id}/original"
 UPLOAD_PATH = "/v1/knowledge-bases/{kb_id}/documents"
 BATCH_PATH = "/v1/knowledge-bases/{kb_id}/documents/batch"
 QUESTION_SETS_PATH = "/v1/knowledge-bases/{kb_id}/question-sets"
+RESTORE_PATH = "/v1/knowledge-bases/restore"
 
 
 def complete_contract(document: dict[str, Any]) -> dict[str, Any]:
@@ -130,6 +132,14 @@ def _describe_read_bodies(paths: dict[str, Any], schemas: dict[str, Any]) -> Non
             "quality_gate": {"type": "string", "enum": ["true", "false"]},
         },
     }
+    restore_form = {
+        "type": "object",
+        "required": ["file"],
+        "properties": {
+            "file": {"type": "string", "format": "binary", "description": "an archive from …/backup (.tar.gz)"},
+            "name": {"type": "string", "description": "the new KB's name (default: the backed-up KB's)"},
+        },
+    }
     paths[UPLOAD_PATH]["post"]["requestBody"] = _body(
         {"multipart/form-data": upload_form, "application/json": _ref(TextDocumentCreate, schemas)}
     )
@@ -137,6 +147,7 @@ def _describe_read_bodies(paths: dict[str, Any], schemas: dict[str, Any]) -> Non
     paths[QUESTION_SETS_PATH]["post"]["requestBody"] = _body(
         {"application/json": _ref(QuestionSetCreate, schemas), "multipart/form-data": question_set_form}
     )
+    paths[RESTORE_PATH]["post"]["requestBody"] = _body({"multipart/form-data": restore_form})
 
 
 def _body(media: dict[str, dict[str, Any]]) -> dict[str, Any]:

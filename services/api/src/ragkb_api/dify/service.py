@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -19,7 +19,7 @@ from ragkb_api.rate_limit import RateLimiter
 from ragkb_api.search.schemas import SearchFilters, SearchRequest
 from ragkb_api.search.service import SearchService
 from ragkb_core.contracts import SearchHit
-from ragkb_core.errors import Conflict, NotFound, TooManyRequests, Unauthorized
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, TooManyRequests, Unauthorized
 from ragkb_core.kb_settings import RetrievalOverrides
 from ragkb_store.db.models import Document
 
@@ -123,13 +123,16 @@ class DifyService:
         if condition is not None and condition.conditions:
             # Inside the search's filter, before ranking: top_k records whenever that many passages match.
             filters = _within_documents(self._documents_matching(request.knowledge_id, condition))
-        search = SearchRequest(
-            query=request.query,
-            knowledge_base_ids=[request.knowledge_id],
-            top_k=setting.top_k,
-            filters=filters,
-            settings=_floor(setting.score_threshold),
-        )
+        try:
+            search = SearchRequest(
+                query=request.query,
+                knowledge_base_ids=[request.knowledge_id],
+                top_k=setting.top_k,
+                filters=filters,
+                settings=_floor(setting.score_threshold),
+            )
+        except ValidationError as exc:
+            raise _refused(exc) from None
         try:
             hits = self._search.search(search, caller).results
         except NotFound:
@@ -152,6 +155,14 @@ class DifyService:
         with self._sessions() as session:
             rows = session.execute(select(Document.id, Document.metadata_).where(Document.id.in_(document_ids)))
             return {document_id: dict(metadata or {}) for document_id, metadata in rows}
+
+
+def _refused(exc: ValidationError) -> Exception:
+    """Dify's request is looser than a search's (any knowledge_id, any query): an id no KB can have is Dify's
+    "does not exist"; a query a search refuses (blank) is invalid input, as on /v1/search."""
+    if any(error["loc"][:1] == ("knowledge_base_ids",) for error in exc.errors()):
+        return DifyError(NO_SUCH_KNOWLEDGE, "The knowledge does not exist", 404)
+    return InvalidInput("; ".join(f"{'.'.join(map(str, error['loc']))}: {error['msg']}" for error in exc.errors()))
 
 
 def _floor(score_threshold: float) -> RetrievalOverrides:
