@@ -133,21 +133,23 @@ def recall_at_10(searched: Searched, calibration: RelevanceCalibration, floor: f
     values = []
     for answer, query in zip(searched.answers, searched.collection.queries, strict=True):
         relevant = {doc for doc, grade in searched.collection.qrels[query["_id"]].items() if grade > 0}
-        kept = [
-            doc for doc, cos in zip(answer.documents, answer.cosines, strict=True) if passes(cos, calibration, floor)
-        ]
+        keep = relevances(answer.cosines, calibration) >= floor
+        kept = [doc for doc, kept_one in zip(answer.documents, keep, strict=True) if kept_one]
         top = list(dict.fromkeys(kept))[:10]
         values.append(len(relevant & set(top)) / len(relevant) if relevant else 0.0)
     return statistics.fmean(values)
 
 
-def passes(cosine: float, calibration: RelevanceCalibration, floor: float) -> bool:
-    return relevance(float(cosine), calibration) >= floor
+def relevances(cosines: NDArray[np.float64], calibration: RelevanceCalibration) -> NDArray[np.float64]:
+    """The retriever's relevance of each cosine (ragkb_retriever.searching.relevance), vectorised."""
+    values = 1.0 / (1.0 + np.exp(np.minimum(-calibration.steepness * (cosines - calibration.midpoint), 700.0)))
+    assert len(cosines) == 0 or abs(values[0] - relevance(float(cosines[0]), calibration)) < 1e-9
+    return values
 
 
 def empty_share(answers: list[Answer], calibration: RelevanceCalibration, floor: float) -> float:
     """The share of questions whose answer keeps no passage at or above the floor."""
-    return statistics.fmean(0.0 if any(passes(c, calibration, floor) for c in a.cosines) else 1.0 for a in answers)
+    return statistics.fmean(0.0 if (relevances(a.cosines, calibration) >= floor).any() else 1.0 for a in answers)
 
 
 def highest_floor(searched: list[Searched], calibration: RelevanceCalibration, budget: float) -> float:
@@ -182,6 +184,16 @@ def scored(
     }
 
 
+def cosine_floors(searched: Searched, everything: list[Searched]) -> list[dict[str, Any]]:
+    """A plain cosine floor swept (a step at the cosine: steepness 1000 around it, floor 0.5): the trade-off
+    itself, free of any calibration."""
+    rows = []
+    for cosine in np.round(np.arange(0.78, 0.871, 0.005), 3):
+        step = RelevanceCalibration(midpoint=float(cosine), steepness=1000)
+        rows.append({"cosine": float(cosine), **scored(searched, everything, step, 0.5)})
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--collections", nargs="+", default=["scifact:train", "jsquad:dev"])
@@ -192,7 +204,7 @@ def main() -> None:
     searched = [search_collection(load(spec), ood) for spec in args.collections]
     calibration = fit_logistic([(s.fit_cosines, s.fit_relevant) for s in searched])
     folds = []
-    for held_out in searched:
+    for held_out in searched if len(searched) > 1 else ():
         others = [s for s in searched if s is not held_out]
         fold_calibration = fit_logistic([(s.fit_cosines, s.fit_relevant) for s in others])
         floor = highest_floor(others, fold_calibration, args.budget)
@@ -204,6 +216,7 @@ def main() -> None:
         "default_floor": default_floor,
         "folds": folds,
         "default": {s.collection.label: scored(s, searched, calibration, default_floor) for s in searched},
+        "cosine_floors": {s.collection.label: cosine_floors(s, searched) for s in searched},
         "ood_questions": {language: sum(1 for q in ood if q["lang"] == language) for language in ("en", "ja")},
         "settings": {"depth": DEPTH, "answer": ANSWER, "fusion": "dbsf", "budget": args.budget},
     }

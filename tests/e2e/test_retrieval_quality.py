@@ -72,3 +72,42 @@ def test_a_selective_dify_condition_still_answers_top_k_records(ragkb: RunningRa
     assert {record["metadata"]["team"] for record in records} == {"ops-night"}
     unconditioned = ragkb.client.post("/retrieval", json={**body, "metadata_condition": None}).json()["records"]
     assert not {record["metadata"]["document_id"] for record in unconditioned} & set(rare)
+
+
+def test_hits_carry_a_relevance_and_nothing_relevant_is_an_empty_answer(ragkb: RunningRagkb) -> None:
+    """Issue 21: a question about something the KB does not hold got 12 passages (no floor without a reranker),
+    and Dify's 0–1 score_threshold was compared with fused scores that exceed 1."""
+    kb_id = ragkb.create_kb("relevance-floor")
+    texts = [
+        "Espresso is brewed by forcing hot water through finely ground coffee at about nine bars of pressure.",
+        "A flat white is an espresso with steamed milk and a thin layer of microfoam.",
+        "Descale the espresso machine every month so that limescale does not block the boiler.",
+    ]
+    for document_id in [upload_text(ragkb, kb_id, text) for text in texts]:
+        assert ragkb.wait_document(kb_id, document_id)["status"] == "done"
+
+    on_topic = ragkb.search("how is espresso brewed", [kb_id])
+    assert on_topic and all(0 <= hit["relevance"] <= 1 for hit in on_topic)
+    assert on_topic[0]["text"] == texts[0]
+    body = {"query": "When is the deadline to file quarterly sales tax?", "knowledge_base_ids": [kb_id]}
+    unrelated = ragkb.client.post("/v1/search", json=body).json()["results"]
+    assert len(unrelated) == 3  # no floor set: every passage answers, however unrelated
+    # Relevance tells them apart: a floor between the two answers the unrelated question with nothing.
+    assert max(hit["relevance"] for hit in unrelated) < on_topic[0]["relevance"]
+    floor = (max(hit["relevance"] for hit in unrelated) + on_topic[0]["relevance"]) / 2
+    patched = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"retrieval": {"min_relevance": floor}})
+    assert patched.status_code == 200, patched.text
+    assert ragkb.client.post("/v1/search", json=body).json()["results"] == []
+    explained = ragkb.client.post("/v1/search", json={**body, "explain": True}).json()
+    assert explained["dropped"] and {drop["stage"] for drop in explained["dropped"]} == {"relevance"}
+    kept = ragkb.search("how is espresso brewed", [kb_id])
+    assert kept[0]["text"] == texts[0] and all(hit["relevance"] >= floor for hit in kept)
+    no_floor = ragkb.client.post("/v1/search", json={**body, "settings": {"min_relevance": 0}}).json()["results"]
+    assert len(no_floor) == 3
+
+    # Dify: each record's score is the 0–1 relevance, and its score_threshold is the floor of the request.
+    dify = {"knowledge_id": kb_id, "query": "how is espresso brewed", "retrieval_setting": {"top_k": 3}}
+    records = ragkb.client.post("/retrieval", json=dify).json()["records"]
+    assert records and all(0 <= record["score"] <= 1 for record in records)
+    strict = {**dify, "retrieval_setting": {"top_k": 3, "score_threshold": records[0]["score"]}}
+    assert len(ragkb.client.post("/retrieval", json=strict).json()["records"]) == 1

@@ -32,6 +32,6 @@ def test_each_model_has_its_own_calibration_and_an_uncalibrated_one_has_none() -
 
 def test_the_floor_is_a_retrieval_setting_with_a_documented_default() -> None:
     assert KbRetrieval().min_relevance == DEFAULT_MIN_RELEVANCE
-    assert KbRetrieval(min_relevance=0).min_relevance == 0
+    assert KbRetrieval(min_relevance=0.3).min_relevance == 0.3
     with pytest.raises(ValueError):
         KbRetrieval(min_relevance=1.5)
