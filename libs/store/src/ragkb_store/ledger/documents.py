@@ -610,9 +610,17 @@ def _next_version(session: Session, existing: Document, new: NewVersion) -> Docu
     """One compare-and-set UPDATE that writes every field of the new version, status and lease included, on
     the version it read: a worker's claim taken in between is overwritten (its renewal then sees the new
     version and stops), and an upload recorded in between makes this one record again on top of it."""
+    if not _take_next_version(session, existing, **_version_fields(new, new.title or existing.title)):
+        raise _VersionMoved
+    return session.get_one(Document, existing.id, populate_existing=True)
+
+
+def _take_next_version(session: Session, document: Document, **fields: Any) -> bool:
+    """The compare-and-set both new versions go through: the next version, pending, no error, attempts or
+    lease, with `fields`, written only if the stored version is still the one `document` was read at."""
     moved = session.execute(
         update(Document)
-        .where(Document.id == existing.id, Document.version == existing.version)
+        .where(Document.id == document.id, Document.version == document.version)
         .values(
             version=Document.version + 1,
             status=DocumentStatus.PENDING,
@@ -620,12 +628,10 @@ def _next_version(session: Session, existing: Document, new: NewVersion) -> Docu
             attempts=0,
             lease_until=None,
             updated_at=utcnow(),
-            **_version_fields(new, new.title or existing.title),
+            **fields,
         )
     ).rowcount  # type: ignore[attr-defined]
-    if not moved:
-        raise _VersionMoved
-    return session.get_one(Document, existing.id, populate_existing=True)
+    return bool(moved)
 
 
 def _title_changes_indexed_text(document: Document, changes: dict[str, Any]) -> bool:
@@ -640,19 +646,7 @@ def _next_version_of_same_original(session: Session, document: Document) -> Docu
     """The same original again as the next version, pending, with its ingest job recorded. A new version, not
     the same one rebuilt: a worker building the old one is superseded (its renewal sees the version move), and
     the new points replace the old ones by version when it finishes, as an upload's do."""
-    moved = session.execute(
-        update(Document)
-        .where(Document.id == document.id, Document.version == document.version)
-        .values(
-            version=Document.version + 1,
-            status=DocumentStatus.PENDING,
-            error=None,
-            attempts=0,
-            lease_until=None,
-            updated_at=utcnow(),
-        )
-    ).rowcount  # type: ignore[attr-defined]
-    if not moved:
+    if not _take_next_version(session, document):
         raise Conflict("the document changed while its title was being changed; send the change again")
     document = session.get_one(Document, document.id, populate_existing=True)
     record_ingest_job(session, document)
