@@ -278,6 +278,7 @@ def create_app(settings: ApiSettings) -> Litestar:
 
 
 def check_url(request: Request[Any, Any, Any], declared_queries: DeclaredQueryParameters) -> None:
+    """The api's `before_request`: what is wrong with the URL alone is refused before any handler runs."""
     refuse_nul_in_url(request)
     declared_queries.refuse_unknown(request)
 
