@@ -163,9 +163,14 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         evaluations=EvaluationService(question_sets, search, limiter),
         reindex=ReindexService(sessions, retriever, queue, settings.embedding),
         kb_deletion=KbDeletionService(sessions, queue),
-        consistency=ConsistencyService(sessions, retriever, queue),
+        consistency=ConsistencyService(sessions, retriever, ingest_queue),
         backups=BackupService(
-            sessions, blobs, retriever, queue, knowledge_bases, max_restore_bytes=settings.limits.max_restore_bytes
+            sessions,
+            blobs,
+            retriever,
+            ingest_queue,
+            knowledge_bases,
+            max_restore_bytes=settings.limits.max_restore_bytes,
         ),
         document_sources=DocumentSourceService(sessions, blobs, retriever),
         sources=SourceService(sessions, vault, runner, settings.sources),

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import IO
 
-from celery import Celery
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -45,7 +44,7 @@ from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, KnowledgeBase
 from ragkb_store.ledger import DocumentLedger, RestoredDocument
-from ragkb_store.queue import enqueue_ingest
+from ragkb_store.queue import IngestQueue
 from ragkb_store.states import Lane
 
 _log = logging.getLogger("ragkb.api")
@@ -65,7 +64,7 @@ class BackupService:
         sessions: sessionmaker[Session],
         blobs: BlobStore,
         retriever: RetrieverClient,
-        queue: Celery,
+        queue: IngestQueue,
         knowledge_bases: KnowledgeBaseService,
         *,
         max_restore_bytes: int,
@@ -180,7 +179,7 @@ class BackupService:
         ]
         queued = self._ledger.restore(kb.id, restored)
         for document_id in queued:
-            enqueue_ingest(self._queue, document_id, Lane.BULK)
+            self._queue.send(document_id, kb.id, Lane.BULK)
         _log.info(
             "KB %s restored as %s: %d documents, %d points", manifest.knowledge_base.name, kb.id, len(documents), points
         )

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import time
 
-from celery import Celery
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.knowledge_bases.schemas import ConsistencyRepairOut, ConsistencyReportOut, FindingOut, OrphanVersionOut
@@ -20,7 +19,7 @@ from ragkb_store.consistency import Finding, compare, confirmed, repair_plan
 from ragkb_store.db.models import utcnow
 from ragkb_store.knowledge_bases import load_kb
 from ragkb_store.ledger import DocumentLedger
-from ragkb_store.queue import enqueue_ingest
+from ragkb_store.queue import IngestQueue
 from ragkb_store.states import Lane
 
 _log = logging.getLogger("ragkb.api")
@@ -30,7 +29,7 @@ CONFIRM_AFTER_S = 0.5
 
 
 class ConsistencyService:
-    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, queue: Celery) -> None:
+    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, queue: IngestQueue) -> None:
         self._sessions = sessions
         self._retriever = retriever
         self._queue = queue
@@ -47,7 +46,7 @@ class ConsistencyService:
         plan = repair_plan(findings)
         requeued = self._ledger.requeue_for_repair(kb_id, plan.requeue)
         for document_id in requeued:
-            enqueue_ingest(self._queue, document_id, Lane.BULK)
+            self._queue.send(document_id, kb_id, Lane.BULK)
         for document_id, version in plan.delete_versions:
             self._retriever.delete_document(kb_id, document_id, only_version=version)
         for document_id in plan.delete_documents:
