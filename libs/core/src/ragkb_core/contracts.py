@@ -1,6 +1,8 @@
 """Wire contracts: the pydantic models that cross a process boundary (worker → retriever, api → retriever).
 
-Versioned by the URL prefix of the retriever's internal API (`/internal/v1`); a breaking change adds v2.
+Versioned by the URL prefix of the retriever's internal API (`/internal/v1`); a breaking change adds v2. Fields
+added with a default that keeps the old meaning (KbSearch.external) stay in v1: a retriever that predates one
+ignores it and answers 404 for a KB it has no index of, never a wrong answer.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from ragkb_core.external import ExternalTarget
 from ragkb_core.kb_settings import DocType, KbAnalyzer, KbIndexLayout, KbRetrieval
 
 __all__ = ["DocType"]  # re-exported: wire contracts name it, kb_settings defines it
@@ -140,6 +143,8 @@ class KbSearch(BaseModel):
     # The index generation to search; None: the live one. Internal only (the public search never sets it):
     # the re-index quality gate searches the new generation before it serves, and the old one beside it.
     generation: int | None = Field(default=None, ge=1)
+    # An external KB (ragkb_core.external): searched where it lives, not in ragkb's index. None: a native KB.
+    external: ExternalTarget | None = None
 
 
 class SearchQuery(BaseModel):

@@ -61,6 +61,20 @@ class ParseFailed(RagkbError):
     title = "Parse failed"
 
 
+class ReadOnlyKnowledgeBase(Conflict):
+    """A write to an external KB (ragkb_core.external): its index is managed where it lives, ragkb only reads."""
+
+    title = "Read-only knowledge base"
+
+
+class ExternalUnavailable(RagkbError):
+    """An external KB's Qdrant or Dify endpoint did not answer, or answered with an error: a bad gateway, not
+    ragkb's own failure (a search over other KBs too answers without it, marked degraded)."""
+
+    status = 502
+    title = "External knowledge base unavailable"
+
+
 class Unavailable(RagkbError):
     """A dependency (retriever, database, broker) did not answer: transient, retried. The answer says when to
     try again: a restarted service is back within seconds (the launcher restarts it at once)."""

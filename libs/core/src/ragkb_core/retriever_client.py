@@ -21,7 +21,8 @@ from ragkb_core.contracts import (
     SearchQuery,
     SearchResult,
 )
-from ragkb_core.errors import Conflict, InvalidInput, NotFound, RagkbError, Unavailable
+from ragkb_core.errors import Conflict, ExternalUnavailable, InvalidInput, NotFound, RagkbError, Unavailable
+from ragkb_core.external import ExternalProbe, ExternalTarget
 from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.request_context import REQUEST_ID_HEADER, request_id
 from ragkb_core.settings import RetrieverClientSettings
@@ -135,6 +136,12 @@ class RetrieverClient:
         response = self._send("POST", "/search", content=query.model_dump_json(), headers=JSON_CONTENT)
         return response.content
 
+    def probe_external(self, target: ExternalTarget, embedding_model: str | None) -> ExternalProbe:
+        """Reach an external KB once (ExternalUnavailable when it does not answer; InvalidInput when its collection
+        does not fit `embedding_model`, e.g. another dimension or a vector name it lacks)."""
+        body = {"target": target.model_dump(mode="json"), "embedding_model": embedding_model}
+        return ExternalProbe.model_validate(self._call("POST", "/external/probe", json=body))
+
     def analyze(self, query: AnalyzeQuery) -> AnalyzeResult:
         return AnalyzeResult.model_validate(self._call("POST", "/analyze", json=query.model_dump(mode="json")))
 
@@ -181,6 +188,9 @@ def _error_from(response: httpx.Response) -> RagkbError:
         return Conflict(detail)
     if response.status_code in (400, 422):
         return InvalidInput(detail)
+    if response.status_code == 502:
+        # The retriever reached for an external KB, which failed: not the retriever's own unavailability.
+        return ExternalUnavailable(detail)
     return Unavailable(f"retriever answered {response.status_code}: {detail}")
 
 

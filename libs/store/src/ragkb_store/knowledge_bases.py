@@ -1,12 +1,12 @@
 """Finding a KB in a transaction: the one answer for unknown and unreadable ids, and the refusal of writes to
-a KB that is being deleted."""
+a KB that is being deleted or whose index is managed elsewhere (an external KB)."""
 
 from __future__ import annotations
 
 from sqlalchemy import update
 from sqlalchemy.orm import Session
 
-from ragkb_core.errors import Conflict, NotFound
+from ragkb_core.errors import Conflict, NotFound, ReadOnlyKnowledgeBase
 from ragkb_store.db.models import KnowledgeBase, utcnow
 
 
@@ -25,10 +25,23 @@ def load_kb(session: Session, kb_id: str) -> KnowledgeBase:
 
 
 def load_writable_kb(session: Session, kb_id: str) -> KnowledgeBase:
-    """The KB, unless it is being deleted (409: see ensure_not_deleting)."""
+    """The KB, unless it is being deleted (409: see ensure_not_deleting) or external (409: ensure_indexed_here)."""
     kb = load_kb(session, kb_id)
     ensure_not_deleting(kb)
+    ensure_indexed_here(kb, "documents are written")
     return kb
+
+
+def ensure_indexed_here(kb: KnowledgeBase, what: str) -> None:
+    """409 for an external KB: its index is managed where it lives and ragkb only reads it, so documents,
+    sources, syncs, re-indexes and chunking do not apply. `what` says what was refused, e.g. "re-indexed"."""
+    if kb.external is not None:
+        raise ReadOnlyKnowledgeBase(
+            f"knowledge base {kb.id} is external ({kb.external.get('kind')}): ragkb only searches it, "
+            f"nothing is {what} here; change it where it is managed",
+            knowledge_base_id=kb.id,
+            external_kind=kb.external.get("kind"),
+        )
 
 
 def lock_kb(session: Session, kb_id: str) -> KnowledgeBase:

@@ -123,16 +123,17 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     queue = make_celery(settings.redis)
     retriever = RetrieverClient(settings.retriever, settings.service_token)
     bootstrap = settings.auth.bootstrap_admin_key
-    search = SearchService(sessions, retriever, settings.limits)
+    # Seals sources' credentials and external KBs' API keys (RAGKB_SOURCES__CREDENTIALS_KEY).
+    vault = CredentialVault(settings.sources.credentials_key)
+    search = SearchService(sessions, retriever, settings.limits, vault)
     api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None)
     tools = ToolService(sessions, blobs, retriever, search)
     ingest_queue = IngestQueue(queue, DocumentLedger(sessions), settings.jobs.fair_queueing)
     documents = DocumentService(sessions, blobs, ingest_queue, retriever, limits=settings.limits, jobs=settings.jobs)
     question_sets = QuestionSetService(sessions, settings.limits)
-    knowledge_bases = KnowledgeBaseService(sessions, retriever)
+    knowledge_bases = KnowledgeBaseService(sessions, retriever, vault=vault, embedding=settings.embedding)
     jobs = JobService(sessions, documents, ingest_queue, settings.jobs)
     source_ledger = SourceLedger(sessions, settings.sources.lease_s)
-    vault = CredentialVault(settings.sources.credentials_key)
     runner = SourceRunner(
         sessions,
         source_ledger,

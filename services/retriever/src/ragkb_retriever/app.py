@@ -12,12 +12,13 @@ from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_http import PROBLEM_HANDLERS, JsonBodyRequest, health_router, service_token_guard
 from ragkb_http.observability import metrics_router, observation_middleware, tracing_plugins
 from ragkb_models import EmbedderPool
+from ragkb_retriever.external import ExternalSearch
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.port import VectorIndex
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.query_vectors import QueryVectorCache
 from ragkb_retriever.reranking import RerankerPool
-from ragkb_retriever.routes import IndexController, SearchController, analyze, internal_ready
+from ragkb_retriever.routes import IndexController, SearchController, analyze, internal_ready, probe_external
 from ragkb_retriever.searching import SearchService
 from ragkb_retriever.settings import RetrieverSettings, query_embedding_settings
 from ragkb_telemetry.exposition import scrape_registry
@@ -30,6 +31,8 @@ class RetrieverServices:
     index: VectorIndex
     indexing: IndexService
     search: SearchService
+    external: ExternalSearch
+    embedders: EmbedderPool
 
 
 def build_services(settings: RetrieverSettings) -> RetrieverServices:
@@ -46,6 +49,7 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
     def bm25_for(analyzer: KbAnalyzer) -> Bm25Encoder:
         return bm25_encoder_for(analyzer, settings.analyzer)
 
+    external = ExternalSearch(settings.external)
     return RetrieverServices(
         index=index,
         indexing=IndexService(index, embedders),
@@ -56,7 +60,10 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
             rerankers,
             QueryVectorCache(settings.retriever.query_cache_size),
             calibration_for=settings.embedding.relevance_of,
+            external=external,
         ),
+        external=external,
+        embedders=embedders,
     )
 
 
@@ -71,12 +78,15 @@ def create_app(settings: RetrieverSettings) -> Litestar:
             metrics_router(scrape_registry(), settings.metrics),
             internal_ready,
             analyze,
+            probe_external,
             IndexController,
             SearchController,
         ],
         dependencies={
             "index_service": Provide(lambda: services.indexing, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
+            "external_search": Provide(lambda: services.external, sync_to_thread=False),
+            "embedders": Provide(lambda: services.embedders, sync_to_thread=False),
         },
         # Only the api and the worker, holding the shared token, may call anything but /health and /ready.
         guards=[service_token_guard(token)],

@@ -24,9 +24,12 @@ from ragkb_core.contracts import (
     SearchResult,
 )
 from ragkb_core.errors import InvalidInput
+from ragkb_core.external import ExternalConfig, ExternalProbe, ExternalQdrantConfig, ExternalTarget
 from ragkb_core.ids import ID_PATTERN, is_id
 from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.retriever_client import INTERNAL_PREFIX
+from ragkb_models import EmbedderPool
+from ragkb_retriever.external import ExternalSearch
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.searching import SearchService
 from ragkb_telemetry import metrics
@@ -49,6 +52,29 @@ class GenerationCreate(BaseModel):
     embedding_model: str | None = Field(
         default=None, min_length=1, description="the model the generation is for (its dimension); null: the default"
     )
+
+
+class ExternalProbeRequest(BaseModel):
+    """The body of an external KB's probe: the KB as a search reaches it, and the model a Qdrant collection's
+    vectors were written with (null: the default model)."""
+
+    target: ExternalTarget
+    embedding_model: str | None = Field(default=None, min_length=1, max_length=200)
+
+
+@post(
+    f"{INTERNAL_PREFIX}/external/probe",
+    status_code=200,
+    sync_to_thread=True,
+    tags=["search"],
+    summary="Reach an external KB once: 502 when it does not answer, 422 when its collection does not fit",
+)
+def probe_external(
+    data: ExternalProbeRequest, external_search: ExternalSearch, embedders: EmbedderPool
+) -> ExternalProbe:
+    config: ExternalConfig = data.target.config
+    dimension = embedders.get(data.embedding_model).dimension if isinstance(config, ExternalQdrantConfig) else None
+    return external_search.probe(data.target, dimension)
 
 
 @get(f"{INTERNAL_PREFIX}/ready", sync_to_thread=True, tags=["health"], summary="Ready, for callers holding the token")

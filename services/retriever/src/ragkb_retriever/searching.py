@@ -35,12 +35,14 @@ from ragkb_core.contracts import (
     SparseTerms,
     original_link,
 )
-from ragkb_core.errors import NotFound
+from ragkb_core.errors import ExternalUnavailable, NotFound
 from ragkb_core.kb_settings import KbAnalyzer, RelevanceCalibration
 from ragkb_models.cross_encoder import blend_scores, passage_for_reranking
 from ragkb_retriever.assembly import Candidate, assemble
+from ragkb_retriever.external import ExternalSearch, needs_query_vector
+from ragkb_retriever.external.passages import source_link
 from ragkb_retriever.index.filters import ordinal_window_filter
-from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex
+from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex, no_results
 from ragkb_retriever.query_vectors import QueryVectorCache
 from ragkb_retriever.reranking import RerankerPool, RerankOutcome
 
@@ -116,8 +118,10 @@ class SearchService:
         query_vectors: QueryVectorCache | None = None,
         *,
         calibration_for: CalibrationFor = lambda _: None,
+        external: ExternalSearch | None = None,
     ) -> None:
         self._index = index
+        self._external = external
         self._calibration_for = calibration_for
         self._encoder_for = encoder_for
         self._bm25_for = bm25_for
@@ -131,7 +135,10 @@ class SearchService:
         parts = self._plan(query)
         vectors = self._encode(query.query, parts, watch)
         with watch.stage("retrieve"):
-            retrieved = self._retrieve(parts, vectors, explain=query.explain)
+            retrieved, unreachable = self._retrieve(query.query, parts, vectors, explain=query.explain)
+        if unreachable and len(unreachable) == len({part.kb.kb_id for part in parts}):
+            # Nothing was searched at all: a bad gateway, not an empty answer.
+            raise ExternalUnavailable("; ".join(unreachable.values()), knowledge_bases=sorted(unreachable))
         candidates = [
             Candidate(
                 hit=hit,
@@ -156,13 +163,14 @@ class SearchService:
                 max_blocks=query.max_blocks,
                 collapse=query.collapse,
             )
+        degraded_reasons = [*unreachable.values(), *([outcome.degraded_reason] if outcome.degraded_reason else [])]
         return SearchResult(
             results=assembled.results,
             took_ms=round((time.perf_counter() - started) * 1000, 2),
             mode=_overall_mode(parts),
             reranked=outcome.scores is not None and any(part.reranks for part in parts),
-            degraded=outcome.degraded_reason is not None,
-            degraded_reason=outcome.degraded_reason,
+            degraded=bool(degraded_reasons),
+            degraded_reason="; ".join(degraded_reasons) or None,
             reranker_model=outcome.model if outcome.scores is not None else None,
             timings_ms=watch.timings_ms,
             effective_settings={kb.kb_id: kb.retrieval for kb in query.knowledge_bases},
@@ -195,14 +203,14 @@ class SearchService:
         return wanted
 
     def _encode(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> QueryVectors:
-        models = {part.kb.embedding_model for part in parts if part.mode != "keyword"}
+        models = {part.kb.embedding_model for part in parts if part.mode != "keyword" and needs_query_vector(part.kb)}
         with watch.stage("embed", runs=bool(models)):
             # One vector per distinct model, in a fixed order: KBs of one model share it.
             dense = {model: self._query_vector(model, text) for model in sorted(models, key=str)}
         with watch.stage("analyze", runs=any(part.mode != "semantic" for part in parts)):
             sparse: dict[str, SparseTerms] = {}
             for part in parts:
-                if part.mode != "semantic":
+                if part.mode != "semantic" and needs_query_vector(part.kb):
                     encoder = self._bm25_for(part.kb.analyzer)
                     if encoder.version not in sparse:
                         sparse[encoder.version] = encoder.encode_query(text)
@@ -214,16 +222,26 @@ class SearchService:
     # -- retrieval ---------------------------------------------------------------------------------
 
     def _retrieve(
-        self, parts: Sequence[KbPart], vectors: QueryVectors, *, explain: bool
-    ) -> list[tuple[list[SearchHit], LegResults]]:
+        self, text: str, parts: Sequence[KbPart], vectors: QueryVectors, *, explain: bool
+    ) -> tuple[list[tuple[list[SearchHit], LegResults]], dict[str, str]]:
+        """Every part's hits and legs, and the external KBs that could not be reached (KB id → why): their parts
+        contribute nothing, and the answer says so (degraded)."""
+        unreachable: dict[str, str] = {}
+
         def one_part(part: KbPart) -> tuple[list[SearchHit], LegResults]:
             retrieval = part.kb.retrieval
             dense = None
-            if part.mode != "keyword" and retrieval.dense_weight > 0:
+            if part.mode != "keyword" and retrieval.dense_weight > 0 and needs_query_vector(part.kb):
                 dense = vectors.dense_by_model[part.kb.embedding_model]
             sparse = None
-            if part.mode != "semantic" and retrieval.keyword_weight > 0:
+            if part.mode != "semantic" and retrieval.keyword_weight > 0 and needs_query_vector(part.kb):
                 sparse = vectors.sparse_by_analyzer[self._bm25_for(part.kb.analyzer).version]
+            if part.kb.external is not None:
+                try:
+                    return self._external_part(text, part, dense, sparse)
+                except ExternalUnavailable as exc:
+                    unreachable[part.kb.kb_id] = f"knowledge base {part.kb.name or part.kb.kb_id}: {exc.detail}"
+                    return [], no_results()
             legs = self._index.search(
                 part.kb.kb_id,
                 dense,
@@ -243,8 +261,30 @@ class SearchService:
             return _annotated_hits(part.kb, legs, calibration), legs
 
         if len(parts) == 1:
-            return [one_part(parts[0])]
-        return list(self._pool.map(one_part, parts))
+            return [one_part(parts[0])], unreachable
+        return list(self._pool.map(one_part, parts)), unreachable
+
+    def _external_part(
+        self, text: str, part: KbPart, dense: list[float] | None, sparse: SparseTerms | None
+    ) -> tuple[list[SearchHit], LegResults]:
+        """An external KB's part: searched where it lives, then annotated as a native part's hits are. A Dify
+        record's 0–1 score is its relevance; a Qdrant passage's relevance is its cosine through the model's
+        calibration, as a native KB's."""
+        if self._external is None:
+            raise ExternalUnavailable("this retriever searches no external knowledge bases")
+        legs = self._external.search(
+            part.kb, text, mode=part.mode, dense=dense, sparse=sparse, scope=part.scope, depth=part.depth
+        )
+        embeds = needs_query_vector(part.kb)
+        calibration = None
+        if embeds:
+            calibration = part.kb.retrieval.relevance_calibration or self._calibration_for(part.kb.embedding_model)
+        hits = _annotated_hits(part.kb, legs, calibration)
+        for hit in hits:
+            hit.original_url = source_link(hit.source_id)
+            if not embeds:
+                hit.relevance = hit.fused_score
+        return hits, legs
 
     # -- reranking ---------------------------------------------------------------------------------
 
@@ -306,6 +346,8 @@ class SearchService:
 
     def close(self) -> None:
         self._pool.shutdown(wait=False)
+        if self._external is not None:
+            self._external.close()
 
 
 def _doc_types_in_scope(scope: ScopeFilter) -> list[DocType]:

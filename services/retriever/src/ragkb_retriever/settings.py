@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import AnyHttpUrl, BaseModel, Field, SecretStr, field_validator
@@ -74,6 +75,19 @@ class RetrieverServerSettings(HttpServerSettings):
     query_int8: bool = False
 
 
+class ExternalSettings(BaseModel):
+    """External knowledge bases (ragkb_core.external): how the retriever reaches them."""
+
+    qdrant_local_roots: list[Path] = Field(
+        default_factory=list,
+        description="Folders under which an external Qdrant KB may name a qdrant-client local-mode storage `path` "
+        '(tests, single-host setups), as a JSON list (e.g. ["/srv/qdrant-local"]); empty: none may (only `url`).',
+    )
+    timeout_s: float = Field(
+        default=10.0, gt=0, le=120, description="Seconds one call to an external Qdrant or Dify endpoint may take."
+    )
+
+
 class RetrieverSettings(BaseSettings):
     model_config = SERVICE_SETTINGS_CONFIG
 
@@ -83,6 +97,8 @@ class RetrieverSettings(BaseSettings):
     embedding: EmbeddingSettings = Field(default_factory=EmbeddingSettings)
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
     reranker: RerankerSettings = Field(default_factory=RerankerSettings)
+    # External knowledge bases: local-mode Qdrant folders allowed, and the timeout of their calls.
+    external: ExternalSettings = Field(default_factory=ExternalSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
     # Log lines: console or JSON (RAGKB_LOG__FORMAT), and their level.
     log: LogSettings = Field(default_factory=LogSettings)

@@ -40,8 +40,16 @@ class KnowledgeBase(Base):
     # and from then on the KB is `deleting` (no uploads, syncs, re-indexes or searches) until the job deletes
     # the row. It stays set if that job fails: a KB whose index may be gone must not take writes again.
     deletion_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    # An external KB (ragkb_core.external.ExternalConfig as JSON): its index is managed where it lives, ragkb
+    # only searches it; None for a native KB. Its credential is sealed apart (CredentialVault), never shown.
+    external: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    external_credentials: Mapped[str | None] = mapped_column(Text, nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
+
+    @property
+    def is_external(self) -> bool:
+        return self.external is not None
 
 
 class Document(Base):

@@ -17,7 +17,7 @@ from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, KnowledgeBase
-from ragkb_store.knowledge_bases import ensure_not_deleting, lock_kb
+from ragkb_store.knowledge_bases import ensure_indexed_here, ensure_not_deleting, lock_kb
 from ragkb_store.ledger.jobs import add_items, start_job
 from ragkb_store.queue import bulk_priority, enqueue_finish_reindex, enqueue_reindex_document
 from ragkb_store.reindexing import BuildSettings, IndexState, ReindexTarget, active_reindex, settings_of, take_settings
@@ -86,9 +86,11 @@ class ReindexService:
 
 
 def _locked_kb(session: Session, kb_id: str) -> KnowledgeBase:
-    """The KB row, locked (ragkb_store.knowledge_bases.lock_kb); a KB being deleted is refused (409)."""
+    """The KB row, locked (ragkb_store.knowledge_bases.lock_kb); a KB being deleted, or an external one, is
+    refused (409)."""
     kb = lock_kb(session, kb_id)
     ensure_not_deleting(kb)
+    ensure_indexed_here(kb, "re-indexed")
     return kb
 
 

@@ -37,7 +37,7 @@ from ragkb_api.knowledge_bases.archive import (
 from ragkb_api.knowledge_bases.schemas import KnowledgeBaseCreate, KnowledgeBaseOut
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
 from ragkb_core.contracts import DocumentPoints
-from ragkb_core.errors import InvalidInput, NotFound
+from ragkb_core.errors import InvalidInput, NotFound, ReadOnlyKnowledgeBase
 from ragkb_core.ids import new_id
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.blobs import BlobStore
@@ -83,6 +83,12 @@ class BackupService:
     def backup(self, kb_id: str, target: IO[bytes]) -> str:
         """Write the KB's archive to `target`; returns the KB's name."""
         kb = self._knowledge_bases.get(kb_id)
+        if kb.kind == "external":
+            # Its passages live where it is managed: an archive of it would restore as an empty native KB.
+            raise ReadOnlyKnowledgeBase(
+                f"knowledge base {kb_id} is external: ragkb holds none of its passages to back up",
+                knowledge_base_id=kb_id,
+            )
         with self._sessions() as session:
             query = select(Document).where(Document.kb_id == kb_id).order_by(Document.created_at, Document.id)
             rows = list(session.scalars(query))

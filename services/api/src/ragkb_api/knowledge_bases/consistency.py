@@ -17,7 +17,7 @@ from ragkb_core.contracts import KbPointCensus
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.consistency import Finding, compare, confirmed, repair_plan
 from ragkb_store.db.models import utcnow
-from ragkb_store.knowledge_bases import load_kb
+from ragkb_store.knowledge_bases import ensure_indexed_here, load_kb
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.queue import IngestQueue
 from ragkb_store.states import Lane
@@ -70,7 +70,8 @@ class ConsistencyService:
     def _examine(self, kb_id: str) -> tuple[list[Finding], KbPointCensus, int]:
         """The confirmed findings (seen by two passes), the index's census and the number of documents."""
         with self._sessions() as session:
-            load_kb(session, kb_id)  # 404 for a KB that does not exist
+            # 404 for a KB that does not exist; 409 for an external one (ragkb holds no index of it to check).
+            ensure_indexed_here(load_kb(session, kb_id), "indexed (no consistency to check)")
         findings, census, documents = self._pass(kb_id)
         if findings:
             time.sleep(CONFIRM_AFTER_S)

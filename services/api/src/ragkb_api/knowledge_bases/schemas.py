@@ -4,10 +4,40 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
 
 from ragkb_api.fields import UtcDateTime
+from ragkb_core.external import ExternalConfig
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbIndexLayout, KbRetrieval, KbSync, RetrievalOverrides
+
+KbKind = Literal["native", "external"]
+
+
+class ExternalKnowledgeBaseCreate(BaseModel):
+    """An index managed elsewhere that ragkb only searches: a Qdrant collection (`config.kind` "qdrant") or a
+    Dify External Knowledge API endpoint ("dify", another ragkb included)."""
+
+    config: ExternalConfig
+    # A Qdrant API key (sent as `api-key`) or the Dify endpoint's Bearer key. Stored sealed with
+    # RAGKB_SOURCES__CREDENTIALS_KEY (as sources' credentials are), never shown again, never logged.
+    api_key: SecretStr | None = Field(default=None, min_length=1, max_length=4096)
+    # Qdrant: the model the collection's dense vectors were written with (one this server runs: the default or
+    # RAGKB_EMBEDDING__ALLOWED_MODELS, with its query prefix, e.g. e5's "query: "); null: the default model.
+    # Not for a Dify endpoint, which embeds the question itself.
+    embedding_model: str | None = Field(default=None, min_length=1, max_length=200)
+
+    @model_validator(mode="after")
+    def _model_only_for_qdrant(self) -> ExternalKnowledgeBaseCreate:
+        if self.embedding_model is not None and self.config.kind != "qdrant":
+            raise ValueError("embedding_model applies to a Qdrant collection: a Dify endpoint embeds the question")
+        return self
+
+
+class ExternalKnowledgeBaseOut(BaseModel):
+    """An external KB's configuration as stored; its API key is never shown, only whether one is stored."""
+
+    config: ExternalConfig
+    has_api_key: bool
 
 
 class KnowledgeBaseCreate(BaseModel):
@@ -21,6 +51,19 @@ class KnowledgeBaseCreate(BaseModel):
     sync: KbSync = Field(default_factory=KbSync)
     # On a Qdrant cluster: shards, replicas and write consistency of the KB's index (left out: the defaults).
     index: KbIndexLayout | None = None
+    # Set: an external KB, searched where it lives and never written by ragkb (no documents, sources, syncs,
+    # re-indexes; chunking, sync and index do not apply). Left out: a native KB.
+    external: ExternalKnowledgeBaseCreate | None = None
+
+    @model_validator(mode="after")
+    def _external_has_no_index_settings(self) -> KnowledgeBaseCreate:
+        if self.external is not None:
+            given = sorted({"chunking", "sync", "index"} & self.model_fields_set)
+            if given:
+                raise ValueError(
+                    f"{', '.join(given)} do not apply to an external knowledge base: ragkb indexes nothing"
+                )
+        return self
 
     @field_validator("name")
     @classmethod
@@ -64,6 +107,10 @@ class KnowledgeBaseOut(BaseModel):
     # meanwhile writes and searches naming it answer 409.
     status: Literal["active", "deleting"] = "active"
     deletion_job_id: str | None = None
+    # "external": searched where it lives (`external`), read only; its chunking, sync and document_counts do not
+    # apply, and `embedding_model` is the one its questions are embedded with ("" for a Dify endpoint).
+    kind: KbKind = "native"
+    external: ExternalKnowledgeBaseOut | None = None
     created_at: UtcDateTime
     updated_at: UtcDateTime
 

@@ -13,26 +13,47 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller
 from ragkb_api.jobs.sync import compile_exclude
-from ragkb_api.knowledge_bases.schemas import KnowledgeBaseCreate, KnowledgeBaseOut, KnowledgeBaseUpdate, RetrievalPatch
+from ragkb_api.knowledge_bases.schemas import (
+    ExternalKnowledgeBaseCreate,
+    ExternalKnowledgeBaseOut,
+    KnowledgeBaseCreate,
+    KnowledgeBaseOut,
+    KnowledgeBaseUpdate,
+    RetrievalPatch,
+)
 from ragkb_api.paging import Page, PageRequest
+from ragkb_api.sources.credentials import CredentialVault
 from ragkb_core.errors import Conflict, InvalidInput
+from ragkb_core.external import CONFIG_ADAPTER, ExternalTarget
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
 from ragkb_core.retriever_client import RetrieverClient
+from ragkb_core.settings import EmbeddingSettings
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, KnowledgeBase
-from ragkb_store.knowledge_bases import load_kb, load_writable_kb
+from ragkb_store.knowledge_bases import ensure_indexed_here, ensure_not_deleting, load_kb
 from ragkb_store.states import DocumentStatus
 
 
 class KnowledgeBaseService:
     """Create, read and change KBs. Deleting one is a job (ragkb_api.knowledge_bases.deletion)."""
 
-    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        retriever: RetrieverClient,
+        *,
+        vault: CredentialVault | None = None,
+        embedding: EmbeddingSettings | None = None,
+    ) -> None:
         self._sessions = sessions
         self._retriever = retriever
+        self._vault = vault or CredentialVault(None)
+        self._embedding = embedding or EmbeddingSettings()
 
     def create(self, data: KnowledgeBaseCreate) -> KnowledgeBaseOut:
+        if data.external is not None:
+            return self._create_external(data, data.external)
         _check_sync_patterns(data.sync)
         kb_id = new_id()
         try:
@@ -60,6 +81,39 @@ class KnowledgeBaseService:
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
 
+    def _create_external(self, data: KnowledgeBaseCreate, external: ExternalKnowledgeBaseCreate) -> KnowledgeBaseOut:
+        """Register an external KB: its credential sealed, then the KB reached once through the retriever (the
+        only process that talks to Qdrant), so that a wrong address, key, collection, vector name or model is
+        refused now (502 or 422) rather than at the first search. Nothing is created in ragkb's index."""
+        model = None
+        if external.config.kind == "qdrant":
+            model = external.embedding_model or self._embedding.model
+            self._embedding.require_allowed(model)
+        sealed = self._vault.seal({"api_key": external.api_key.get_secret_value()}) if external.api_key else None
+        self._retriever.probe_external(ExternalTarget(config=external.config, api_key=external.api_key), model)
+        kb_id = new_id()
+        try:
+            with transaction(self._sessions) as session:
+                _ensure_name_free(session, data.name)
+                session.add(
+                    KnowledgeBase(
+                        id=kb_id,
+                        name=data.name,
+                        description=data.description,
+                        embedding_model=model or "",
+                        analyzer_version=data.analyzer.version,
+                        chunking={},
+                        retrieval=data.retrieval.model_dump(exclude_defaults=True),
+                        analyzer=data.analyzer.model_dump(),
+                        sync={},
+                        external=external.config.model_dump(mode="json"),
+                        external_credentials=sealed,
+                    )
+                )
+        except IntegrityError as exc:
+            raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
+        return self.get(kb_id)
+
     def list(self, caller: Caller, page: PageRequest) -> Page[KnowledgeBaseOut]:
         """A page of the KBs the caller may read, oldest first."""
         query = select(KnowledgeBase).order_by(KnowledgeBase.created_at, KnowledgeBase.id)
@@ -84,7 +138,7 @@ class KnowledgeBaseService:
             _check_sync_patterns(data.sync)
         try:
             with transaction(self._sessions) as session:
-                kb = load_writable_kb(session, kb_id)
+                kb = _load_changeable_kb(session, kb_id, data)
                 _refuse_analyzer_change(kb, data.analyzer)
                 if data.name is not None and data.name != kb.name:
                     _ensure_name_free(session, data.name)
@@ -97,6 +151,17 @@ class KnowledgeBaseService:
         except IntegrityError as exc:
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
+
+
+def _load_changeable_kb(session: Session, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBase:
+    """The KB a PATCH may change. An external KB may be renamed, described and searched differently (retrieval);
+    its chunking, analyzer and sync rules are refused (409): ragkb indexes nothing of it."""
+    kb = load_kb(session, kb_id)
+    ensure_not_deleting(kb)
+    indexing = [field for field in ("chunking", "analyzer", "sync") if getattr(data, field) is not None]
+    if indexing:
+        ensure_indexed_here(kb, f"chunked or analysed (refused: {', '.join(indexing)})")
+    return kb
 
 
 def _ensure_name_free(session: Session, name: str) -> None:
@@ -142,6 +207,14 @@ def _status_counts(session: Session, kb_ids: Sequence[str]) -> dict[str, dict[st
     return counts
 
 
+def _external_out(kb: KnowledgeBase) -> ExternalKnowledgeBaseOut | None:
+    if kb.external is None:
+        return None
+    return ExternalKnowledgeBaseOut(
+        config=CONFIG_ADAPTER.validate_python(kb.external), has_api_key=kb.external_credentials is not None
+    )
+
+
 def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
     all_counts = {status.value: counts.get(status.value, 0) for status in DocumentStatus}
     return KnowledgeBaseOut(
@@ -157,6 +230,8 @@ def _kb_out(kb: KnowledgeBase, counts: dict[str, int]) -> KnowledgeBaseOut:
         document_counts=all_counts,
         status="deleting" if kb.deletion_job_id else "active",
         deletion_job_id=kb.deletion_job_id,
+        kind="external" if kb.external is not None else "native",
+        external=_external_out(kb),
         created_at=kb.created_at,
         updated_at=kb.updated_at,
     )

@@ -6,6 +6,7 @@ import json
 from collections.abc import Sequence
 from typing import Literal
 
+from pydantic import SecretStr
 from sqlalchemy import select
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -20,6 +21,8 @@ from ragkb_api.search.schemas import (
     SearchTestResponse,
     SearchTestRun,
 )
+from ragkb_api.sources.base import SourceUnreadable
+from ragkb_api.sources.credentials import CredentialVault
 from ragkb_api.timing import StageTimings
 from ragkb_core.contracts import (
     AnalyzeQuery,
@@ -31,7 +34,8 @@ from ragkb_core.contracts import (
     SearchQuery,
     SearchResult,
 )
-from ragkb_core.errors import Conflict, InvalidInput, NotFound, Unavailable
+from ragkb_core.errors import Conflict, ExternalUnavailable, InvalidInput, NotFound, Unavailable
+from ragkb_core.external import CONFIG_ADAPTER, ExternalTarget
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
@@ -48,10 +52,18 @@ SEARCH_TEST_RUNS: tuple[tuple[SearchTestName, SearchMode, bool], ...] = (
 
 
 class SearchService:
-    def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, limits: LimitSettings) -> None:
+    def __init__(
+        self,
+        sessions: sessionmaker[Session],
+        retriever: RetrieverClient,
+        limits: LimitSettings,
+        vault: CredentialVault | None = None,
+    ) -> None:
         self._sessions = sessions
         self._retriever = retriever
         self._limits = limits
+        # Opens an external KB's sealed API key for the retriever, which reaches the KB (ragkb_core.external).
+        self._vault = vault or CredentialVault(None)
 
     def search(self, request: SearchRequest, caller: Caller) -> SearchResponse:
         return SearchResponse.model_validate_json(self.search_json(request, caller))
@@ -113,7 +125,7 @@ class SearchService:
         with self._sessions() as session:
             rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(readable)))}
             _require_searchable(kb_ids, {kb_id: kb.deletion_job_id for kb_id, kb in rows.items()})
-            return [_kb_search(rows[kb_id]) for kb_id in kb_ids]
+            return [self._kb_search(rows[kb_id]) for kb_id in kb_ids]
 
     def _check_query(self, query: str) -> None:
         if len(query) > self._limits.max_query_chars:
@@ -148,17 +160,33 @@ class SearchService:
         """Each KB as its own settings search it: retrieval, analyzer and the model its vectors come from."""
         with self._sessions() as session:
             rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(kb_ids)))}
-            return [_kb_search(rows[kb_id]) for kb_id in kb_ids]
+            return [self._kb_search(rows[kb_id]) for kb_id in kb_ids]
 
+    def _kb_search(self, kb: KnowledgeBase) -> KbSearch:
+        return KbSearch(
+            kb_id=kb.id,
+            name=kb.name,
+            retrieval=KbRetrieval.model_validate(kb.retrieval),
+            analyzer=KbAnalyzer.model_validate(kb.analyzer),
+            # "" for a Dify endpoint, which embeds the question itself.
+            embedding_model=kb.embedding_model or None,
+            external=self._external_target(kb),
+        )
 
-def _kb_search(kb: KnowledgeBase) -> KbSearch:
-    return KbSearch(
-        kb_id=kb.id,
-        name=kb.name,
-        retrieval=KbRetrieval.model_validate(kb.retrieval),
-        analyzer=KbAnalyzer.model_validate(kb.analyzer),
-        embedding_model=kb.embedding_model,
-    )
+    def _external_target(self, kb: KnowledgeBase) -> ExternalTarget | None:
+        """An external KB as the retriever reaches it: its configuration and its API key, opened here."""
+        if kb.external is None:
+            return None
+        try:
+            opened = self._vault.open(kb.external_credentials)
+        except SourceUnreadable as exc:
+            raise ExternalUnavailable(
+                f"knowledge base {kb.id}'s API key cannot be opened: {exc.detail}", knowledge_base_id=kb.id
+            ) from None
+        api_key = opened.get("api_key")
+        return ExternalTarget(
+            config=CONFIG_ADAPTER.validate_python(kb.external), api_key=SecretStr(api_key) if api_key else None
+        )
 
 
 def _require_searchable(kb_ids: Sequence[str], found: dict[str, str | None]) -> None:

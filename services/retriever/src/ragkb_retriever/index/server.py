@@ -172,14 +172,14 @@ class ServerIndex:
         generation: int | None = None,
     ) -> None:
         spec = document_delete_filter(kb_id, document_id, keep_version, only_version)
-        selector = qm.FilterSelector(filter=_filter(spec))
+        selector = qm.FilterSelector(filter=qdrant_filter(spec))
         with self._on_kb(kb_id, generation):
             self._client.delete(_collection(kb_id, generation), points_selector=selector, wait=True)
 
     def set_document_payload(
         self, kb_id: str, document_id: str, payload: dict[str, Any], *, generation: int | None = None
     ) -> None:
-        selector = _filter(filters.document_filter(kb_id, document_id))
+        selector = qdrant_filter(filters.document_filter(kb_id, document_id))
         with self._on_kb(kb_id, generation):
             self._client.set_payload(_collection(kb_id, generation), payload=payload, points=selector, wait=True)
 
@@ -193,7 +193,7 @@ class ServerIndex:
         *,
         generation: int | None = None,
     ) -> int:
-        selector = _filter(filters.count_filter(kb_id, document_id, version))
+        selector = qdrant_filter(filters.count_filter(kb_id, document_id, version))
         with self._on_kb(kb_id, generation):
             return self._client.count(_collection(kb_id, generation), count_filter=selector, exact=True).count
 
@@ -207,7 +207,7 @@ class ServerIndex:
     ) -> list[IndexHit]:
         with self._on_kb(kb_id, generation):
             records, _ = self._client.scroll(
-                _collection(kb_id, generation), scroll_filter=_filter(spec), limit=limit, with_payload=True
+                _collection(kb_id, generation), scroll_filter=qdrant_filter(spec), limit=limit, with_payload=True
             )
         return [IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records]
 
@@ -224,7 +224,7 @@ class ServerIndex:
         with self._on_kb(kb_id, generation):
             records, next_offset = self._client.scroll(
                 _collection(kb_id, generation),
-                scroll_filter=_filter(spec),
+                scroll_filter=qdrant_filter(spec),
                 limit=limit,
                 offset=offset,
                 with_payload=True,
@@ -384,9 +384,9 @@ class _LegRequests:
     that ranking only ever sees points the caller may see."""
 
     def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int, leg_payloads: bool) -> None:
-        self._filter = _filter(filters.scope_filter(kb_id, scope))
+        self._filter = qdrant_filter(filters.scope_filter(kb_id, scope))
         # IDF over the KB's live points, the same statistics Edge computes (see edge.py).
-        self._idf = qm.SearchParams(idf=qm.IdfCorpusParams(corpus=_filter(filters.kb_filter(kb_id))))
+        self._idf = qm.SearchParams(idf=qm.IdfCorpusParams(corpus=qdrant_filter(filters.kb_filter(kb_id))))
         self._candidates = candidate_limit
         self._leg_payloads = leg_payloads
 
@@ -445,7 +445,8 @@ def _point_struct(point: IndexPoint) -> qm.PointStruct:
     return qm.PointStruct(id=point.id, vector={DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}, payload=point.payload)
 
 
-def _filter(spec: filters.FilterSpec) -> qm.Filter:
+def qdrant_filter(spec: filters.FilterSpec) -> qm.Filter:
+    """A FilterSpec as qdrant-client's filter (external Qdrant KBs' scopes are translated by it too)."""
     return qm.Filter(
         must=[_condition(match) for match in spec.must],
         must_not=[_condition(match) for match in spec.must_not] or None,
