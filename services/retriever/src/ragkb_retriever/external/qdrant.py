@@ -160,7 +160,11 @@ class ExternalQdrant:
             self._local_locks[key] = threading.Lock()
             return QdrantClient(path=str(folder))
         api_key = target.api_key.get_secret_value() if target.api_key else None
-        return QdrantClient(url=config.url, api_key=api_key, timeout=int(self._settings.timeout_s))
+        # No version check in a background thread: the collection is probed when the KB is registered, and a
+        # server that is down must fail the call that uses it, not a thread nobody waits for.
+        return QdrantClient(
+            url=config.url, api_key=api_key, timeout=int(self._settings.timeout_s), check_compatibility=False
+        )
 
     def _allowed_folder(self, path: str) -> Path:
         folder = Path(path).resolve()
