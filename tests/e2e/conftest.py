@@ -164,6 +164,8 @@ def e2e_env(workdir: Path, redis_url: str, tiny_reranker: Path | None = None) ->
         RAGKB_SOURCES__CREDENTIALS_KEY=Fernet.generate_key().decode(),
         RAGKB_SOURCES__SCHEDULER_TICK_S="1",
         RAGKB_SOURCES__MIN_INTERVAL_S="1",
+        # External KBs (tests/e2e/test_external_kbs.py): qdrant-client local-mode collections the tests write here.
+        RAGKB_EXTERNAL__QDRANT_LOCAL_ROOTS=json.dumps([str(external_qdrant_roots(workdir))]),
     )
     if tiny_reranker:
         env["RAGKB_TEST_TINY_RERANKER"] = str(tiny_reranker)
@@ -173,6 +175,11 @@ def e2e_env(workdir: Path, redis_url: str, tiny_reranker: Path | None = None) ->
 def source_roots(workdir: Path) -> Path:
     """The folder a test stack's folder and local Git sources may read (RAGKB_SOURCES__FOLDER_ROOTS)."""
     return workdir / "source-roots"
+
+
+def external_qdrant_roots(workdir: Path) -> Path:
+    """Where a test stack's retriever may open qdrant-client local-mode collections (external KBs)."""
+    return workdir / "qdrant-roots"
 
 
 def service_pids(marker_cwd: str, module: str) -> list[int]:

@@ -30,6 +30,8 @@ ERROR_DESCRIPTIONS = {
     "415": "The body's media type is not one this operation reads",
     "422": "Invalid input: a parameter or body that is malformed or out of bounds (problem details with `errors`)",
     "429": "The key spent its rate limit (or holds its most event streams): retry after `Retry-After` seconds",
+    "502": "Every knowledge base searched is external and none answered (one of several that does not answer "
+    "only marks the answer `degraded`)",
 }
 WRITE_METHODS = ("post", "put", "patch", "delete")
 DIFY_PATH = "/retrieval"
@@ -39,6 +41,8 @@ UPLOAD_PATH = "/v1/knowledge-bases/{kb_id}/documents"
 BATCH_PATH = "/v1/knowledge-bases/{kb_id}/documents/batch"
 QUESTION_SETS_PATH = "/v1/knowledge-bases/{kb_id}/question-sets"
 RESTORE_PATH = "/v1/knowledge-bases/restore"
+# Operations that search KBs' passages, so may reach an external KB (502 when none of the KBs searched answers).
+SEARCHING_PATHS = ("/v1/search", "/v1/tools/", "/v1/context", "/mcp", DIFY_PATH, "/search-test", "/evaluations")
 
 
 def complete_contract(document: dict[str, Any]) -> dict[str, Any]:
@@ -70,6 +74,7 @@ def _possible_errors(path: str, method: str, operation: dict[str, Any]) -> list[
     statuses += ["404"] if names_things else []
     statuses += ["409"] if method in WRITE_METHODS else []
     statuses += ["413", "415"] if has_body else []
+    statuses += ["502"] if method == "post" and any(marker in path for marker in SEARCHING_PATHS) else []
     return statuses
 
 

@@ -23,7 +23,7 @@ from ragkb_api.knowledge_bases.schemas import (
 )
 from ragkb_api.paging import Page, PageRequest
 from ragkb_api.sources.credentials import CredentialVault
-from ragkb_core.errors import Conflict, InvalidInput
+from ragkb_core.errors import Conflict, ExternalUnavailable, InvalidInput
 from ragkb_core.external import CONFIG_ADAPTER, ExternalTarget
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
@@ -90,7 +90,12 @@ class KnowledgeBaseService:
             model = external.embedding_model or self._embedding.model
             self._embedding.require_allowed(model)
         sealed = self._vault.seal({"api_key": external.api_key.get_secret_value()}) if external.api_key else None
-        self._retriever.probe_external(ExternalTarget(config=external.config, api_key=external.api_key), model)
+        try:
+            self._retriever.probe_external(ExternalTarget(config=external.config, api_key=external.api_key), model)
+        except ExternalUnavailable as exc:
+            # Refused as input (422), not answered as a bad gateway: the KB as described cannot be searched now
+            # (a wrong address, key or collection is the usual cause; if the store is only down, register again).
+            raise InvalidInput(f"the external knowledge base did not answer: {exc.detail}") from None
         kb_id = new_id()
         try:
             with transaction(self._sessions) as session:

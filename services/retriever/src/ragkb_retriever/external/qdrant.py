@@ -92,7 +92,8 @@ class ExternalQdrant:
     def probe(self, target: ExternalTarget, dimension: int) -> ExternalProbe:
         """The collection exists, has the mapped vectors, and its dense vector is of the model's `dimension`."""
         config = _qdrant(target)
-        with self._client(target) as client:
+        # A server's client is kept only once a search uses it: a probe of a mistyped address leaves nothing.
+        with self._client(target, keep=config.path is not None) as client:
             info = client.get_collection(config.collection)
         params = info.config.params
         size = _dense_size(params.vectors, config.dense_vector, config.collection)
@@ -114,18 +115,23 @@ class ExternalQdrant:
             client.close()
 
     @contextmanager
-    def _client(self, target: ExternalTarget) -> Iterator[QdrantClient]:
-        """The collection's client, its errors as ExternalUnavailable (a bad gateway), never a 500."""
+    def _client(self, target: ExternalTarget, *, keep: bool = True) -> Iterator[QdrantClient]:
+        """The collection's client (kept for later calls, or closed after this one), its errors as
+        ExternalUnavailable (a bad gateway), never a 500."""
         config = _qdrant(target)
         key = self._key(config, target)
         try:
-            client = self._open(key, config, target)
+            client = self._open(key, config, target) if keep else self._new_client(key, config, target)
             local = self._local_locks.get(key)
-            if local is None:
-                yield client
-            else:
-                with local:
+            try:
+                if local is None:
                     yield client
+                else:
+                    with local:
+                        yield client
+            finally:
+                if not keep:
+                    client.close()
         except ResponseHandlingException as exc:
             raise ExternalUnavailable(f"Qdrant at {_where(config)} did not answer: {exc.source}") from exc
         except UnexpectedResponse as exc:
