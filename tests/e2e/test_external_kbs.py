@@ -172,16 +172,16 @@ def test_one_search_merges_native_qdrant_and_dify_passages_with_citations(
 
 def test_a_key_without_a_grant_on_an_external_kb_sees_nothing_of_it(ragkb: RunningRagkb, kbs: dict[str, str]) -> None:
     grant = {"name": "native only", "role": "client", "grants": {kbs["native"]: "read"}}
-    client = ragkb.client_with(created(ragkb.client.post("/v1/api-keys", json=grant))["key"])
-    listed = {kb["id"] for kb in client.get("/v1/knowledge-bases").json()}
-    assert listed == {kbs["native"]}
-    for external in (kbs["qdrant"], kbs["dify"]):
-        assert client.get(f"/v1/knowledge-bases/{external}").status_code == 404
-        search = {"query": "cafeteria", "knowledge_base_ids": [kbs["native"], external]}
-        refused = client.post("/v1/search", json=search)
-        assert refused.status_code == 404 and refused.json()["missing"] == [external]
-    hits = client.post("/v1/search", json={"query": "cafeteria", "knowledge_base_ids": [kbs["native"]]}).json()
-    assert {hit["knowledge_base_id"] for hit in hits["results"]} == {kbs["native"]}
+    with ragkb.client_with(created(ragkb.client.post("/v1/api-keys", json=grant))["key"]) as client:
+        listed = {kb["id"] for kb in client.get("/v1/knowledge-bases").json()}
+        assert listed == {kbs["native"]}
+        for external in (kbs["qdrant"], kbs["dify"]):
+            assert client.get(f"/v1/knowledge-bases/{external}").status_code == 404
+            search = {"query": "cafeteria", "knowledge_base_ids": [kbs["native"], external]}
+            refused = client.post("/v1/search", json=search)
+            assert refused.status_code == 404 and refused.json()["missing"] == [external]
+        hits = client.post("/v1/search", json={"query": "cafeteria", "knowledge_base_ids": [kbs["native"]]}).json()
+        assert {hit["knowledge_base_id"] for hit in hits["results"]} == {kbs["native"]}
 
 
 def test_a_key_with_a_label_filter_sees_only_what_the_external_store_can_enforce(
@@ -193,9 +193,9 @@ def test_a_key_with_a_label_filter_sees_only_what_the_external_store_can_enforce
         "grants": {kbs["qdrant"]: "read", kbs["dify"]: "read"},
         "search_filter": {"labels_any": ["public"]},
     }
-    client = ragkb.client_with(created(ragkb.client.post("/v1/api-keys", json=grant))["key"])
     search = {"query": "cafeteria meeting rooms vouchers", "knowledge_base_ids": [kbs["qdrant"], kbs["dify"]]}
-    hits = client.post("/v1/search", json=search).json()["results"]
+    with ragkb.client_with(created(ragkb.client.post("/v1/api-keys", json=grant))["key"]) as client:
+        hits = client.post("/v1/search", json=search).json()["results"]
     # The collection maps `tags` to labels: its public point only. The remote's passage has no `public` label.
     assert [hit["title"] for hit in hits] == ["Cafeteria"]
 
