@@ -22,6 +22,12 @@ from ragkb_api.knowledge_bases.service import KnowledgeBaseService
 from ragkb_api.paging import MAX_PAGE, PAGE_HEADERS, Limit, Offset, PageRequest, paged_response
 from ragkb_http import access
 
+CREATE_DESCRIPTION = """A native KB (ragkb indexes its documents), or with `external` a KB whose index is managed
+elsewhere and which ragkb only searches: `config.kind` `qdrant` (a collection by `url`, or a local-mode `path`
+under RAGKB_EXTERNAL__QDRANT_LOCAL_ROOTS; payload `fields`, `dense_vector`, optional `sparse_vector`, the
+`embedding_model` it was written with) or `dify` (an External Knowledge API `endpoint` and `knowledge_id`), with
+an optional `api_key` stored sealed and never shown. An external KB is searched, merged and granted like a native
+one; its writes (documents, sources, syncs, re-index, chunking) answer 409 read-only-knowledge-base."""
 DELETE_DESCRIPTION = """A job (kind `kb_delete`, 202): the KB's index is dropped first, then its documents in
 batches (progress = documents deleted of those it had), then the stored originals no other document uses,
 then the KB itself; follow GET /v1/jobs/{id} or its /events. From the moment it is accepted the KB is
@@ -41,7 +47,14 @@ class KnowledgeBaseController(Controller):
     path = "/v1/knowledge-bases"
     tags = ["knowledge bases"]
 
-    @post("/", status_code=201, sync_to_thread=True, summary="Create a knowledge base", opt=access("admin"))
+    @post(
+        "/",
+        status_code=201,
+        sync_to_thread=True,
+        summary="Create a knowledge base, or register an external one (a Qdrant collection or a Dify endpoint)",
+        description=CREATE_DESCRIPTION,
+        opt=access("admin"),
+    )
     def create(self, data: KnowledgeBaseCreate, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
         return kb_service.create(data)
 

@@ -53,7 +53,12 @@ class KnowledgeBaseCreate(BaseModel):
     index: KbIndexLayout | None = None
     # Set: an external KB, searched where it lives and never written by ragkb (no documents, sources, syncs,
     # re-indexes; chunking, sync and index do not apply). Left out: a native KB.
-    external: ExternalKnowledgeBaseCreate | None = None
+    external: ExternalKnowledgeBaseCreate | None = Field(
+        default=None,
+        description="An index managed elsewhere that ragkb only reads (a Qdrant collection or a Dify External "
+        "Knowledge API endpoint); reached once through the retriever when registered (422 when it cannot be "
+        "searched). Left out: a native KB.",
+    )
 
     @model_validator(mode="after")
     def _external_has_no_index_settings(self) -> KnowledgeBaseCreate:
@@ -109,8 +114,10 @@ class KnowledgeBaseOut(BaseModel):
     deletion_job_id: str | None = None
     # "external": searched where it lives (`external`), read only; its chunking, sync and document_counts do not
     # apply, and `embedding_model` is the one its questions are embedded with ("" for a Dify endpoint).
-    kind: KbKind = "native"
-    external: ExternalKnowledgeBaseOut | None = None
+    kind: KbKind = Field(default="native", description="external: searched where it lives, read only")
+    external: ExternalKnowledgeBaseOut | None = Field(
+        default=None, description="an external KB's configuration (its API key is never shown)"
+    )
     created_at: UtcDateTime
     updated_at: UtcDateTime
 
