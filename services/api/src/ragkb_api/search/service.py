@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Literal
+from functools import lru_cache
+from typing import Any, Literal
 
-from sqlalchemy import select
+from sqlalchemy import Text, bindparam, cast, select
+from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller, search_scope
@@ -35,6 +37,7 @@ from ragkb_core.errors import Conflict, InvalidInput, NotFound, Unavailable
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
+from ragkb_store.db.engine import engine_of
 from ragkb_store.db.models import KnowledgeBase
 
 SearchTestName = Literal["semantic", "keyword", "hybrid", "hybrid+rerank"]
@@ -45,11 +48,27 @@ SEARCH_TEST_RUNS: tuple[tuple[SearchTestName, SearchMode, bool], ...] = (
     ("hybrid", "hybrid", False),
     ("hybrid+rerank", "hybrid", True),
 )
+_KBS = KnowledgeBase.__table__.c
+# A search's KBs as it searches them, read on every search (never cached: a KB being deleted, or its settings
+# changed, is seen by the next search). A Core statement built once, not an ORM query
+# (ragkb_store.db.engine.engine_of); the settings come as their JSON text, which is what their validated
+# models are memoised by (_retrieval_of, _analyzer_of).
+_SEARCHABLE_KBS = select(
+    _KBS.id,
+    _KBS.name,
+    _KBS.deletion_job_id,
+    _KBS.embedding_model,
+    cast(_KBS.retrieval, Text).label("retrieval"),
+    cast(_KBS.analyzer, Text).label("analyzer"),
+).where(_KBS.id.in_(bindparam("ids", expanding=True)))
+# Distinct settings texts whose validated models are kept: more than the KBs of most deployments.
+SETTINGS_MEMO_SIZE = 1024
 
 
 class SearchService:
     def __init__(self, sessions: sessionmaker[Session], retriever: RetrieverClient, limits: LimitSettings) -> None:
         self._sessions = sessions
+        self._engine = engine_of(sessions)
         self._retriever = retriever
         self._limits = limits
 
@@ -110,10 +129,10 @@ class SearchService:
     def _searchable_kbs(self, kb_ids: list[str], caller: Caller) -> list[KbSearch]:
         """`require_readable_kbs` and `_kb_searches` in one database read: the KBs as they are searched."""
         readable = caller.readable(kb_ids)
-        with self._sessions() as session:
-            rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(readable)))}
-            _require_searchable(kb_ids, {kb_id: kb.deletion_job_id for kb_id, kb in rows.items()})
-            return [_kb_search(rows[kb_id]) for kb_id in kb_ids]
+        with self._engine.connect() as connection:
+            rows = {row.id: row for row in connection.execute(_SEARCHABLE_KBS, {"ids": readable})}
+        _require_searchable(kb_ids, {kb_id: row.deletion_job_id for kb_id, row in rows.items()})
+        return [_kb_search_of_row(rows[kb_id]) for kb_id in kb_ids]
 
     def _check_query(self, query: str) -> None:
         if len(query) > self._limits.max_query_chars:
@@ -159,6 +178,30 @@ def _kb_search(kb: KnowledgeBase) -> KbSearch:
         analyzer=KbAnalyzer.model_validate(kb.analyzer),
         embedding_model=kb.embedding_model,
     )
+
+
+def _kb_search_of_row(row: Row[Any, Any, Any, Any, Any, Any]) -> KbSearch:
+    """A `_SEARCHABLE_KBS` row as it is searched (the same as `_kb_search` of its KB)."""
+    return KbSearch(
+        kb_id=row.id,
+        name=row.name,
+        retrieval=_retrieval_of(row.retrieval),
+        analyzer=_analyzer_of(row.analyzer),
+        embedding_model=row.embedding_model,
+    )
+
+
+# Memoised by the settings' JSON text: the same text always validates to the same settings, so a memoised
+# model is never stale (a changed KB has a new text). Callers copy, never change, what they get
+# (KbRetrieval.with_overrides and model_copy make new models).
+@lru_cache(maxsize=SETTINGS_MEMO_SIZE)
+def _retrieval_of(settings_json: str) -> KbRetrieval:
+    return KbRetrieval.model_validate_json(settings_json)
+
+
+@lru_cache(maxsize=SETTINGS_MEMO_SIZE)
+def _analyzer_of(settings_json: str) -> KbAnalyzer:
+    return KbAnalyzer.model_validate_json(settings_json)
 
 
 def _require_searchable(kb_ids: Sequence[str], found: dict[str, str | None]) -> None:
