@@ -230,7 +230,9 @@ def main() -> None:
             ("this", REPO, str(REPO / ".venv/bin/python")),
         ):
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"ragkb-ab-{name}-")))
-            running, kb_id, key = stack.enter_context(side(name, repo, python, workdir, base, args.points))
+            running, kb_id, key = stack.enter_context(
+                side(name, repo, python=python, workdir=workdir, base=base, points=args.points)
+            )
             http = stack.enter_context(
                 httpx.Client(base_url=running.api_url, timeout=120, headers={"Authorization": f"Bearer {key}"})
             )
