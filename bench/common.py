@@ -16,7 +16,15 @@ import httpx
 from ragkb_cli.api import wait_until_ended
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
+# The shared data folder beside the checkout; a git worktree one level deeper (…/wt/NAME) finds it one up, and
+# RAGKB_BENCH_DATA names any other.
+DATA = Path(
+    os.environ.get("RAGKB_BENCH_DATA")
+    or next(
+        (p for p in (REPO.parent / "shared" / "data", REPO.parents[1] / "shared" / "data") if p.exists()),
+        REPO.parent / "shared" / "data",
+    )
+)
 RESULTS = REPO / "bench" / "results"
 
 

@@ -319,3 +319,62 @@ def test_internal_readiness_tells_a_caller_whether_its_token_is_accepted(ragkb: 
     assert httpx.get(url, headers=ragkb.service_headers).status_code == 200
     assert httpx.get(url, headers={"X-Ragkb-Service-Token": "wrong"}).status_code in (401, 403)
     assert httpx.get(url).status_code in (401, 403)
+
+
+# -- the search path reads the key and the KBs on every search (nothing cached that access depends on) ----------
+
+
+def search_status(client: httpx.Client, kb_id: str, query: str = "lunch") -> tuple[int, dict[str, Any]]:
+    response = client.post("/v1/search", json={"query": query, "knowledge_base_ids": [kb_id], "mode": "keyword"})
+    return response.status_code, response.json()
+
+
+def test_a_revoked_key_cannot_search_from_the_next_request(ragkb: RunningRagkb, world: World, as_client: Any) -> None:
+    created = create_key(ragkb, name="searcher", grants={world.kb_a: "read"})
+    client = as_client(created["key"])
+    for _ in range(3):  # the key's own searches just before: nothing they leave behind may outlive the revocation
+        assert search_status(client, world.kb_a)[0] == 200
+    assert ragkb.client.delete(f"/v1/api-keys/{created['id']}").status_code == 204
+    status, problem = search_status(client, world.kb_a)
+    assert status == 401 and problem["status"] == 401
+
+
+def test_a_grant_or_filter_change_applies_to_the_next_search(ragkb: RunningRagkb, world: World, as_client: Any) -> None:
+    created = create_key(ragkb, name="regranted", grants={world.kb_a: "read"})
+    client = as_client(created["key"])
+    status, answer = search_status(client, world.kb_a)
+    assert status == 200 and {hit["document_id"] for hit in answer["results"]} >= {world.a_internal_doc}
+    narrowed = {"grants": {world.kb_a: "read"}, "search_filter": {"labels_any": ["public"]}}
+    assert ragkb.client.patch(f"/v1/api-keys/{created['id']}", json=narrowed).status_code == 200
+    status, answer = search_status(client, world.kb_a)
+    assert status == 200 and {hit["document_id"] for hit in answer["results"]} == {world.a_public_doc}
+    assert ragkb.client.patch(f"/v1/api-keys/{created['id']}", json={"grants": {world.kb_b: "read"}}).status_code == 200
+    assert search_status(client, world.kb_a)[0] == 404
+    assert search_status(client, world.kb_b)[0] == 200
+
+
+def test_a_kb_settings_change_applies_to_the_next_search(ragkb: RunningRagkb, world: World, as_client: Any) -> None:
+    kb_path = f"/v1/knowledge-bases/{world.kb_a}"
+    client = as_client(world.reader)
+    try:
+        for top_k in (1, 2, 1):
+            assert (
+                ragkb.client.patch(kb_path, json={"retrieval": {"top_k": top_k, "max_blocks": top_k}}).status_code
+                == 200
+            )
+            status, answer = search_status(client, world.kb_a)
+            assert status == 200 and len(answer["results"]) == top_k
+            assert answer["effective_settings"][world.kb_a]["top_k"] == top_k
+    finally:
+        ragkb.client.patch(kb_path, json={"retrieval": {"top_k": None, "max_blocks": None}})
+
+
+def test_a_kb_being_deleted_is_not_searched_from_the_next_request(ragkb: RunningRagkb, as_client: Any) -> None:
+    kb_id = ragkb.create_kb(f"doomed-{uuid.uuid4().hex[:8]}")
+    accepted = upload(ragkb, kb_id, "The doomed archive mentions lunch once.")
+    assert ragkb.wait_document(kb_id, accepted["id"])["status"] == "done"
+    client = as_client(create_key(ragkb, name="doomed-reader", grants={kb_id: "read"})["key"])
+    assert search_status(client, kb_id)[0] == 200
+    assert ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}").status_code == 202
+    status, problem = search_status(client, kb_id)
+    assert status in (404, 409) and problem["status"] == status

@@ -25,9 +25,11 @@ from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyPatch, KeySearchFilter
 from ragkb_api.keys.service import ApiKeyService
 from ragkb_api.paging import PageRequest
 from ragkb_api.search.schemas import SearchFilters
+from ragkb_api.search.service import SearchService
 from ragkb_core.contracts import ScopeFilter
 from ragkb_core.errors import Forbidden, InvalidInput, NotFound, Unauthorized
-from ragkb_core.settings import AuthSettings, DatabaseSettings
+from ragkb_core.retriever_client import RetrieverClient
+from ragkb_core.settings import AuthSettings, DatabaseSettings, LimitSettings, RetrieverClientSettings
 from ragkb_retriever.index.filters import FieldMatch, scope_filter, scope_is_empty
 from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head
 from ragkb_store.db.models import ApiKey, KnowledgeBase
@@ -165,3 +167,34 @@ def test_grants_must_name_existing_kbs_and_can_be_replaced(keys: ApiKeyService) 
     cleared = keys.update(created.id, ApiKeyPatch.model_validate({"search_filter": None}))
     assert cleared.search_filter is None and cleared.grants == {"kb-a": "write"}
     assert keys.authenticate(created.key).may("kb-a", "write")
+
+
+def test_a_search_reads_each_kb_as_the_orm_reads_it_and_sees_every_change(tmp_path: Path) -> None:
+    """The search's lean KB read (one Core statement, settings memoised by their JSON text) gives the same
+    KbSearch as the ORM read, and a changed setting is seen by the very next read."""
+    engine = build_engine(DatabaseSettings(url=f"sqlite:///{tmp_path / 'kbs.db'}"))
+    migrate_to_head(engine)
+    sessions = build_session_factory(engine)
+    tuned = {"top_k": 3, "rrf_k": 20, "dense_weight": 0.7, "fusion": "dbsf"}
+    with sessions.begin() as session:
+        session.add(KnowledgeBase(id="kb-a", name="a", embedding_model="m", analyzer_version="v"))
+        session.add(
+            KnowledgeBase(
+                id="kb-b",
+                name="b",
+                embedding_model="m2",
+                analyzer_version="v",
+                retrieval=tuned,
+                analyzer={"japanese": "char-bigram"},
+            )
+        )
+    search = SearchService(sessions, RetrieverClient(RetrieverClientSettings(), None), LimitSettings())
+    admin = Caller(key_id="k", role="admin")
+    ids = ["kb-b", "kb-a"]
+    assert search._searchable_kbs(ids, admin) == search._kb_searches(ids)
+    with sessions.begin() as session:
+        session.get(KnowledgeBase, "kb-b").retrieval = {**tuned, "top_k": 5}  # type: ignore[union-attr]
+    assert search._searchable_kbs(ids, admin)[0].retrieval.top_k == 5
+    assert search._searchable_kbs(ids, admin) == search._kb_searches(ids)
+    with pytest.raises(NotFound):
+        search._searchable_kbs(["kb-a"], Caller(key_id="c", role="client", grants={"kb-b": "read"}))

@@ -69,6 +69,9 @@ class PrivateStack:
     repo: Path
     workdir: Path
     env: dict[str, str]
+    # The interpreter the launcher runs under: another checkout's own virtual environment runs that
+    # checkout's code (an A/B benchmark of two versions); this process's by default.
+    python: str = sys.executable
     log_path: Path = field(init=False)
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
 
@@ -93,7 +96,7 @@ class PrivateStack:
         return self.env["RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY"]
 
     def start(self) -> None:
-        self.start_command([sys.executable, str(self.repo / "deploy" / "launcher.py")], cwd=self.workdir)
+        self.start_command([self.python, str(self.repo / "deploy" / "launcher.py")], cwd=self.workdir)
 
     def start_command(self, command: list[str], *, cwd: Path, new_session: bool = False) -> None:
         """Start the stack with `command` (the launcher, or `make run`), in a process group of its own when
@@ -127,14 +130,17 @@ class PrivateStack:
 
 
 @contextmanager
-def private_stack(repo: Path, workdir: Path, **overrides: str) -> Iterator[PrivateStack]:
+def private_stack(
+    repo: Path, workdir: Path, *, python: str = sys.executable, **overrides: str
+) -> Iterator[PrivateStack]:
     """A stack with a redis-server of its own (so that its worker can never take another run's tasks),
-    started on `workdir` and stopped on exit."""
+    started on `workdir` with `python` (PrivateStack.python) and stopped on exit."""
     redis_port = free_port()
     redis = _spawn(_redis_command(redis_port, workdir), workdir / "redis.log", workdir)
     try:
         _wait_redis(redis_port)
-        stack = PrivateStack(repo, workdir, stack_env(workdir, f"redis://127.0.0.1:{redis_port}/0", **overrides))
+        env = stack_env(workdir, f"redis://127.0.0.1:{redis_port}/0", **overrides)
+        stack = PrivateStack(repo, workdir, env, python)
         stack.start()
         try:
             yield stack

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import bindparam, func, select
+from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller, SearchRestriction, generate_key, hash_key, hashes_match, key_prefix
@@ -12,10 +13,19 @@ from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyOut, ApiKe
 from ragkb_api.paging import Page, PageRequest
 from ragkb_core.errors import InvalidInput, NotFound, Unauthorized
 from ragkb_core.ids import new_id
-from ragkb_store.db.engine import transaction
+from ragkb_store.db.engine import engine_of, transaction
 from ragkb_store.db.models import ApiKey, KnowledgeBase, utcnow
 
 BOOTSTRAP_KEY_ID = "bootstrap"
+# A row of _LIVE_KEY_BY_PREFIX, its columns by name.
+KeyRow = Row[Any, Any, Any, Any, Any]
+_KEYS = ApiKey.__table__.c
+# What a presented key is checked against and its caller made of, by its prefix (unique), for keys not revoked.
+# Read on every request, never cached: a revocation or a grant change applies to the very next request, on
+# every api replica. A Core statement built once, not an ORM query (ragkb_store.db.engine.engine_of).
+_LIVE_KEY_BY_PREFIX = select(_KEYS.id, _KEYS.role, _KEYS.key_hash, _KEYS.grants, _KEYS.search_filter).where(
+    _KEYS.prefix == bindparam("prefix"), _KEYS.revoked_at.is_(None)
+)
 
 
 class ApiKeyService:
@@ -23,6 +33,7 @@ class ApiKeyService:
 
     def __init__(self, sessions: sessionmaker[Session], bootstrap_admin_key: str | None) -> None:
         self._sessions = sessions
+        self._engine = engine_of(sessions)
         # Kept hashed in memory only, and compared like any other key.
         self._bootstrap_hash = hash_key(bootstrap_admin_key) if bootstrap_admin_key else None
 
@@ -35,7 +46,7 @@ class ApiKeyService:
         if key is None:
             # One answer for malformed, unknown and revoked keys: nothing to learn by trying.
             raise Unauthorized("the API key is not valid")
-        return _caller(key)
+        return _caller_of_row(key)
 
     def create(self, data: ApiKeyCreate) -> ApiKeyCreated:
         new = generate_key()
@@ -84,13 +95,13 @@ class ApiKeyService:
             key = _load_api_key(session, key_id)
             key.revoked_at = key.revoked_at or utcnow()
 
-    def _find_live(self, presented: str) -> ApiKey | None:
+    def _find_live(self, presented: str) -> KeyRow | None:
         prefix = key_prefix(presented)
         if prefix is None:
             return None
-        with self._sessions() as session:
-            key = session.scalars(select(ApiKey).where(ApiKey.prefix == prefix)).one_or_none()
-        if key is None or key.revoked_at is not None or not hashes_match(presented, key.key_hash):
+        with self._engine.connect() as connection:
+            key = connection.execute(_LIVE_KEY_BY_PREFIX, {"prefix": prefix}).one_or_none()
+        if key is None or not hashes_match(presented, key.key_hash):
             return None
         return key
 
@@ -117,12 +128,14 @@ def _key_filter(key: ApiKey) -> KeySearchFilter | None:
     return KeySearchFilter.model_validate(key.search_filter) if key.search_filter is not None else None
 
 
-def _caller(key: ApiKey) -> Caller:
-    restriction = _key_filter(key) or KeySearchFilter()
+def _caller_of_row(key: KeyRow) -> Caller:
+    """The caller of a `_LIVE_KEY_BY_PREFIX` row."""
+    search_filter = key.search_filter
+    restriction = KeySearchFilter.model_validate(search_filter) if search_filter is not None else KeySearchFilter()
     return Caller(
         key_id=key.id,
         role="admin" if key.role == "admin" else "client",
-        grants=dict(key.grants),
+        grants=dict(key.grants or {}),
         restriction=SearchRestriction(labels_any=restriction.labels_any, doc_types=restriction.doc_types),
     )
 

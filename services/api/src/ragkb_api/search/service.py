@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Literal
+from functools import lru_cache
+from typing import Any, Literal
 
 from pydantic import SecretStr
-from sqlalchemy import select
+from sqlalchemy import Text, bindparam, cast, select
+from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller, search_scope
@@ -39,6 +41,7 @@ from ragkb_core.external import CONFIG_ADAPTER, ExternalTarget
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
+from ragkb_store.db.engine import engine_of
 from ragkb_store.db.models import KnowledgeBase
 
 SearchTestName = Literal["semantic", "keyword", "hybrid", "hybrid+rerank"]
@@ -49,6 +52,24 @@ SEARCH_TEST_RUNS: tuple[tuple[SearchTestName, SearchMode, bool], ...] = (
     ("hybrid", "hybrid", False),
     ("hybrid+rerank", "hybrid", True),
 )
+_KBS = KnowledgeBase.__table__.c
+# A search's KBs as it searches them, read on every search (never cached: a KB being deleted, or its settings
+# changed, is seen by the next search). A Core statement built once, not an ORM query
+# (ragkb_store.db.engine.engine_of); the settings come as their JSON text, which is what their validated
+# models are memoised by (_retrieval_of, _analyzer_of).
+_SEARCHABLE_KBS = select(
+    _KBS.id,
+    _KBS.name,
+    _KBS.deletion_job_id,
+    _KBS.embedding_model,
+    cast(_KBS.retrieval, Text).label("retrieval"),
+    cast(_KBS.analyzer, Text).label("analyzer"),
+    _KBS.external,
+    _KBS.external_credentials,
+).where(_KBS.id.in_(bindparam("ids", expanding=True)))
+KbRow = Row[Any, Any, Any, Any, Any, Any, Any, Any]
+# Distinct settings texts whose validated models are kept: more than the KBs of most deployments.
+SETTINGS_MEMO_SIZE = 1024
 
 
 class SearchService:
@@ -60,6 +81,7 @@ class SearchService:
         vault: CredentialVault | None = None,
     ) -> None:
         self._sessions = sessions
+        self._engine = engine_of(sessions)
         self._retriever = retriever
         self._limits = limits
         # Opens an external KB's sealed API key for the retriever, which reaches the KB (ragkb_core.external).
@@ -122,10 +144,10 @@ class SearchService:
     def _searchable_kbs(self, kb_ids: list[str], caller: Caller) -> list[KbSearch]:
         """`require_readable_kbs` and `_kb_searches` in one database read: the KBs as they are searched."""
         readable = caller.readable(kb_ids)
-        with self._sessions() as session:
-            rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(readable)))}
-            _require_searchable(kb_ids, {kb_id: kb.deletion_job_id for kb_id, kb in rows.items()})
-            return [self._kb_search(rows[kb_id]) for kb_id in kb_ids]
+        with self._engine.connect() as connection:
+            rows = {row.id: row for row in connection.execute(_SEARCHABLE_KBS, {"ids": readable})}
+        _require_searchable(kb_ids, {kb_id: row.deletion_job_id for kb_id, row in rows.items()})
+        return [self._kb_search(rows[kb_id]) for kb_id in kb_ids]
 
     def _check_query(self, query: str) -> None:
         if len(query) > self._limits.max_query_chars:
@@ -158,35 +180,49 @@ class SearchService:
 
     def _kb_searches(self, kb_ids: list[str]) -> list[KbSearch]:
         """Each KB as its own settings search it: retrieval, analyzer and the model its vectors come from."""
-        with self._sessions() as session:
-            rows = {kb.id: kb for kb in session.scalars(select(KnowledgeBase).where(KnowledgeBase.id.in_(kb_ids)))}
-            return [self._kb_search(rows[kb_id]) for kb_id in kb_ids]
+        with self._engine.connect() as connection:
+            rows = {row.id: row for row in connection.execute(_SEARCHABLE_KBS, {"ids": kb_ids})}
+        return [self._kb_search(rows[kb_id]) for kb_id in kb_ids]
 
-    def _kb_search(self, kb: KnowledgeBase) -> KbSearch:
+    def _kb_search(self, row: KbRow) -> KbSearch:
+        """A `_SEARCHABLE_KBS` row as it is searched."""
         return KbSearch(
-            kb_id=kb.id,
-            name=kb.name,
-            retrieval=KbRetrieval.model_validate(kb.retrieval),
-            analyzer=KbAnalyzer.model_validate(kb.analyzer),
+            kb_id=row.id,
+            name=row.name,
+            retrieval=_retrieval_of(row.retrieval),
+            analyzer=_analyzer_of(row.analyzer),
             # "" for a Dify endpoint, which embeds the question itself.
-            embedding_model=kb.embedding_model or None,
-            external=self._external_target(kb),
+            embedding_model=row.embedding_model or None,
+            external=self._external_target(row),
         )
 
-    def _external_target(self, kb: KnowledgeBase) -> ExternalTarget | None:
+    def _external_target(self, row: KbRow) -> ExternalTarget | None:
         """An external KB as the retriever reaches it: its configuration and its API key, opened here."""
-        if kb.external is None:
+        if row.external is None:
             return None
         try:
-            opened = self._vault.open(kb.external_credentials)
+            opened = self._vault.open(row.external_credentials)
         except SourceUnreadable as exc:
             raise ExternalUnavailable(
-                f"knowledge base {kb.id}'s API key cannot be opened: {exc.detail}", knowledge_base_id=kb.id
+                f"knowledge base {row.id}'s API key cannot be opened: {exc.detail}", knowledge_base_id=row.id
             ) from None
         api_key = opened.get("api_key")
         return ExternalTarget(
-            config=CONFIG_ADAPTER.validate_python(kb.external), api_key=SecretStr(api_key) if api_key else None
+            config=CONFIG_ADAPTER.validate_python(row.external), api_key=SecretStr(api_key) if api_key else None
         )
+
+
+# Memoised by the settings' JSON text: the same text always validates to the same settings, so a memoised
+# model is never stale (a changed KB has a new text). Callers copy, never change, what they get
+# (KbRetrieval.with_overrides and model_copy make new models).
+@lru_cache(maxsize=SETTINGS_MEMO_SIZE)
+def _retrieval_of(settings_json: str) -> KbRetrieval:
+    return KbRetrieval.model_validate_json(settings_json)
+
+
+@lru_cache(maxsize=SETTINGS_MEMO_SIZE)
+def _analyzer_of(settings_json: str) -> KbAnalyzer:
+    return KbAnalyzer.model_validate_json(settings_json)
 
 
 def _require_searchable(kb_ids: Sequence[str], found: dict[str, str | None]) -> None:
