@@ -16,7 +16,8 @@ import httpx
 from ragkb_cli.api import wait_until_ended
 
 REPO = Path(__file__).resolve().parents[1]
-DATA = REPO.parent / "shared" / "data"
+# The BEIR collections; RAGKB_BENCH_DATA where they are not beside the checkout (a worktree elsewhere).
+DATA = Path(os.environ.get("RAGKB_BENCH_DATA", REPO.parent / "shared" / "data"))
 RESULTS = REPO / "bench" / "results"
 
 

@@ -7,7 +7,6 @@ parallel), rerank, assemble (the cuts, see assembly.py).
 
 from __future__ import annotations
 
-import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +35,7 @@ from ragkb_core.contracts import (
     original_link,
 )
 from ragkb_core.errors import NotFound
+from ragkb_core.fusion import relevance
 from ragkb_core.kb_settings import KbAnalyzer, RelevanceCalibration
 from ragkb_models.cross_encoder import blend_scores, passage_for_reranking
 from ragkb_retriever.assembly import Candidate, assemble
@@ -337,12 +337,6 @@ def _annotated_hits(kb: KbSearch, legs: LegResults, calibration: RelevanceCalibr
             hit.relevance = round(relevance(cosine, calibration), 6)
         hits.append(hit)
     return hits
-
-
-def relevance(cosine: float, calibration: RelevanceCalibration) -> float:
-    """A dense cosine as a 0–1 relevance: the calibration's logistic (RelevanceCalibration)."""
-    exponent = -calibration.steepness * (cosine - calibration.midpoint)
-    return 1.0 / (1.0 + math.exp(min(exponent, 700.0)))
 
 
 def _leg_rankings(part: KbPart, legs: LegResults) -> list[LegRanking]:
