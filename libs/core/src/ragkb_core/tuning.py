@@ -49,11 +49,15 @@ CI_METHOD = (
 )
 
 
+def _both_fusions() -> list[FusionMethod]:
+    return ["dbsf", "rrf"]
+
+
 class TuneSpace(BaseModel):
     """The settings searched: every combination of these (the dense leg's weight is 1, the keyword leg's varies;
     rrf_k applies to RRF only), plus the KB's current settings."""
 
-    fusion: list[FusionMethod] = Field(default_factory=lambda: ["dbsf", "rrf"], min_length=1, max_length=2)
+    fusion: list[FusionMethod] = Field(default_factory=_both_fusions, min_length=1, max_length=2)
     rrf_k: list[int] = Field(default_factory=lambda: [5, 10, 20, 40, 60], min_length=1, max_length=20)
     keyword_weight: list[float] = Field(default_factory=lambda: [0.5, 0.75, 1.0, 1.5, 2.0], min_length=1, max_length=20)
     candidate_multiplier: list[int] = Field(default_factory=lambda: [2, 4, 7, 14, 25], min_length=1, max_length=20)
