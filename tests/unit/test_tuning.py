@@ -7,7 +7,15 @@ import statistics
 
 import pytest
 
-from ragkb_core.fusion import AnswerShape, FusionSettings, LegCandidate, QueryLegs, answer, fused_scores
+from ragkb_core.fusion import (
+    AnswerShape,
+    FusionSettings,
+    LegCandidate,
+    QueryLegs,
+    answer,
+    fused_scores,
+    same_up_to_ties,
+)
 from ragkb_core.kb_settings import KbRetrieval, RelevanceCalibration
 from ragkb_core.metrics import score_queries
 from ragkb_core.tuning import (
@@ -151,3 +159,12 @@ def test_a_whole_tune_recommends_the_keyword_leg_where_only_it_finds_the_relevan
     assert result.held_out.gain > 0 and result.held_out.ci_low > 0
     assert result.changes and result.recommended_ndcg_at_10 > result.current_ndcg_at_10
     assert result.held_out.current_ndcg_at_10 == result.current_ndcg_at_10
+
+
+def test_a_computed_answer_matches_the_served_one_up_to_the_order_of_equal_scores() -> None:
+    served = [("a", 0.9), ("b", 0.5), ("c", 0.5), ("d", 0.1)]
+    assert same_up_to_ties(served, ["a", "c", "b", "d"])
+    assert not same_up_to_ties(served, ["a", "b", "d", "c"])
+    assert not same_up_to_ties(served, ["a", "b", "c"])
+    # The last group was cut by top_k: which of the equals made it may differ.
+    assert same_up_to_ties([("a", 0.9), ("b", 0.5)], ["a", "x"])

@@ -20,13 +20,17 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StringConstraints
 
+from ragkb_core.contracts import KbSearch, ScopeFilter
 from ragkb_core.kb_settings import FusionMethod, KbRetrieval, RelevanceCalibration
 
 # The most candidates per leg a legs request may ask for (top_k × candidate_multiplier of the deepest setting).
 MAX_LEG_DEPTH = 2000
+# Questions per legs request: a batch is one round trip, small enough to report progress between batches.
+MAX_LEGS_QUERIES = 64
 
 
 class LegCandidate(BaseModel):
@@ -44,6 +48,23 @@ class QueryLegs(BaseModel):
 
     dense: list[LegCandidate]
     keyword: list[LegCandidate]
+
+
+class LegsQuery(BaseModel):
+    """worker → retriever: each question's dense and keyword candidates in one KB, `depth` deep per leg, with
+    the KB's analyzer and embedding model, inside `scope` (as its searches see it)."""
+
+    kb: KbSearch
+    queries: list[Annotated[str, StringConstraints(min_length=1)]] = Field(min_length=1, max_length=MAX_LEGS_QUERIES)
+    depth: int = Field(ge=1, le=MAX_LEG_DEPTH)
+    scope: ScopeFilter = Field(default_factory=ScopeFilter)
+
+
+class LegsResult(BaseModel):
+    """Per question (in order) its legs, and the cosine → relevance mapping the KB's searches use (None: none)."""
+
+    legs: list[QueryLegs]
+    calibration: RelevanceCalibration | None
 
 
 @dataclass(frozen=True)
@@ -160,3 +181,20 @@ def _under_floor(cosine: float | None, calibration: RelevanceCalibration | None,
     if calibration is None or cosine is None:
         return False
     return round(relevance(cosine, calibration), 6) < floor
+
+
+def same_up_to_ties(served: Sequence[tuple[str, float]], computed: Sequence[str]) -> bool:
+    """Whether `computed` (chunk ids) is the served answer (chunk id, score) but for the order of passages with
+    equal scores; where the answer's last group of equals was cut short, only how many were kept must agree."""
+    if len(served) != len(computed):
+        return False
+    start = 0
+    while start < len(served):
+        end = start + 1
+        while end < len(served) and math.isclose(served[end][1], served[start][1], rel_tol=1e-5, abs_tol=1e-9):
+            end += 1
+        group = {chunk_id for chunk_id, _ in served[start:end]}
+        if end < len(served) and group != set(computed[start:end]):
+            return False
+        start = end
+    return True

@@ -22,6 +22,7 @@ from ragkb_core.contracts import (
     SearchResult,
 )
 from ragkb_core.errors import Conflict, InvalidInput, NotFound, RagkbError, Unavailable
+from ragkb_core.fusion import LegsQuery, LegsResult
 from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.request_context import REQUEST_ID_HEADER, request_id
 from ragkb_core.settings import RetrieverClientSettings
@@ -134,6 +135,11 @@ class RetrieverClient:
         """The retriever's answer as its JSON (a SearchResult), for a caller that passes it on undecoded."""
         response = self._send("POST", "/search", content=query.model_dump_json(), headers=JSON_CONTENT)
         return response.content
+
+    def legs(self, query: LegsQuery) -> LegsResult:
+        """Each question's dense and keyword candidates in one KB (ragkb_core.fusion)."""
+        response = self._send("POST", "/legs", content=query.model_dump_json(), headers=JSON_CONTENT)
+        return LegsResult.model_validate_json(response.content)
 
     def analyze(self, query: AnalyzeQuery) -> AnalyzeResult:
         return AnalyzeResult.model_validate(self._call("POST", "/analyze", json=query.model_dump(mode="json")))

@@ -29,6 +29,7 @@ from itertools import product
 
 from pydantic import BaseModel, Field, model_validator
 
+from ragkb_core.contracts import ScopeFilter
 from ragkb_core.fusion import MAX_LEG_DEPTH, AnswerShape, FusionSettings, QueryLegs, answer
 from ragkb_core.kb_settings import MAX_CANDIDATE_MULTIPLIER, FusionMethod, KbRetrieval, RelevanceCalibration
 
@@ -162,6 +163,16 @@ class TuneResult(BaseModel):
     # The KB's settings version the tune ran against; applying it refuses if the settings changed since.
     settings_version: int | None = None
     timings_ms: dict[str, float] = Field(default_factory=dict)
+
+
+class TuneJobParams(BaseModel):
+    """What a tune job was asked (api → worker, through the job's params) and, once done, its result."""
+
+    request: TuneRequest
+    # What the tune's legs may see: the requesting key's search scope in the KB.
+    scope: ScopeFilter = Field(default_factory=ScopeFilter)
+    settings_version: int | None = None
+    result: TuneResult | None = None
 
 
 # -- candidates ------------------------------------------------------------------------------------------

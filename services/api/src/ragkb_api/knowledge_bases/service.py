@@ -21,8 +21,9 @@ from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, KnowledgeBase
-from ragkb_store.knowledge_bases import load_kb, load_writable_kb
-from ragkb_store.states import DocumentStatus
+from ragkb_store.knowledge_bases import ensure_not_deleting, load_kb, load_writable_kb, lock_kb
+from ragkb_store.settings_versions import Change, change_retrieval, record_created
+from ragkb_store.states import DocumentStatus, SettingsOrigin
 
 
 class KnowledgeBaseService:
@@ -32,7 +33,7 @@ class KnowledgeBaseService:
         self._sessions = sessions
         self._retriever = retriever
 
-    def create(self, data: KnowledgeBaseCreate) -> KnowledgeBaseOut:
+    def create(self, data: KnowledgeBaseCreate, author_key_id: str | None = None) -> KnowledgeBaseOut:
         _check_sync_patterns(data.sync)
         kb_id = new_id()
         try:
@@ -40,20 +41,21 @@ class KnowledgeBaseService:
                 _ensure_name_free(session, data.name)
                 # Inside the transaction: if the index cannot be created, no KB row is left behind.
                 index = self._retriever.create_kb(kb_id, data.index)
-                session.add(
-                    KnowledgeBase(
-                        id=kb_id,
-                        name=data.name,
-                        description=data.description,
-                        embedding_model=index.embedding_model,
-                        analyzer_version=data.analyzer.version,
-                        chunking=data.chunking.model_dump(),
-                        retrieval=data.retrieval.model_dump(exclude_defaults=True),
-                        # In full: the analyzer's defaults may change, the terms this KB was built with may not.
-                        analyzer=data.analyzer.model_dump(),
-                        sync=data.sync.model_dump(exclude_defaults=True),
-                    )
+                kb = KnowledgeBase(
+                    id=kb_id,
+                    name=data.name,
+                    description=data.description,
+                    embedding_model=index.embedding_model,
+                    analyzer_version=data.analyzer.version,
+                    chunking=data.chunking.model_dump(),
+                    retrieval=data.retrieval.model_dump(exclude_defaults=True),
+                    # In full: the analyzer's defaults may change, the terms this KB was built with may not.
+                    analyzer=data.analyzer.model_dump(),
+                    sync=data.sync.model_dump(exclude_defaults=True),
                 )
+                session.add(kb)
+                session.flush()
+                record_created(session, kb, author_key_id)
         except IntegrityError as exc:
             # Lost a race for the name after the index was made: remove that empty index again.
             self._retriever.drop_kb(kb_id)
@@ -76,22 +78,25 @@ class KnowledgeBaseService:
             kb = load_kb(session, kb_id)
             return _kb_out(kb, _status_counts(session, [kb_id]).get(kb_id, {}))
 
-    def update(self, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBaseOut:
-        changes = data.model_dump(exclude_none=True, exclude={"retrieval", "analyzer", "sync"})
+    def update(self, kb_id: str, data: KnowledgeBaseUpdate, author_key_id: str | None = None) -> KnowledgeBaseOut:
+        changes = data.model_dump(exclude_none=True, exclude={"retrieval", "analyzer", "sync", "reason"})
         if not changes and data.retrieval is None and data.analyzer is None and data.sync is None:
             raise InvalidInput("nothing to change: give name, description, chunking, retrieval or sync")
         if data.sync is not None:
             _check_sync_patterns(data.sync)
         try:
             with transaction(self._sessions) as session:
-                kb = load_writable_kb(session, kb_id)
+                kb = load_writable_kb(session, kb_id) if data.retrieval is None else lock_kb(session, kb_id)
+                ensure_not_deleting(kb)
                 _refuse_analyzer_change(kb, data.analyzer)
                 if data.name is not None and data.name != kb.name:
                     _ensure_name_free(session, data.name)
                 for field, value in changes.items():
                     setattr(kb, field, value)
                 if data.retrieval is not None:
-                    kb.retrieval = _patched_retrieval(kb.retrieval, data.retrieval)
+                    patched = patched_retrieval(kb.retrieval, data.retrieval)
+                    reason = data.reason or "PATCH of the knowledge base"
+                    change_retrieval(session, kb, patched, Change(SettingsOrigin.PATCH, reason, author_key_id))
                 if data.sync is not None:
                     kb.sync = data.sync.model_dump(exclude_defaults=True)
         except IntegrityError as exc:
@@ -119,7 +124,7 @@ def _check_sync_patterns(sync: KbSync) -> None:
         compile_exclude(pattern)
 
 
-def _patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[str, Any]:
+def patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[str, Any]:
     """The stored settings with the patch's fields applied (null: back to the default), validated whole."""
     merged = KbRetrieval.model_validate(stored).model_dump() | patch.model_dump(exclude_unset=True)
     defaults = KbRetrieval().model_dump()
