@@ -295,7 +295,7 @@ class SearchService:
                 generation=kb.generation,
                 leg_payloads=True,
             )
-            return QueryLegs(dense=_leg_candidates(found.dense), keyword=_leg_candidates(found.keyword))
+            return QueryLegs(dense=leg_candidates(found.dense), keyword=leg_candidates(found.keyword))
 
         calibration = kb.retrieval.relevance_calibration or self._calibration_for(kb.embedding_model)
         return LegsResult(legs=list(self._pool.map(one_question, query.queries)), calibration=calibration)
@@ -365,7 +365,8 @@ def _annotated_hits(kb: KbSearch, legs: LegResults, calibration: RelevanceCalibr
     return hits
 
 
-def _leg_candidates(hits: Sequence[IndexHit]) -> list[LegCandidate]:
+def leg_candidates(hits: Sequence[IndexHit]) -> list[LegCandidate]:
+    """A leg's hits as a tune reads them: id, document, score and a digest of the text."""
     return [
         LegCandidate(
             chunk_id=hit.id,
