@@ -153,9 +153,9 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         check = row["engine_check"]
         lines.append(
             f"| {row['collection']} | {result.queries} | {held.current_ndcg_at_10:.4f} | "
-            f"{held.winner_ndcg_at_10:.4f} | {held.gain:+.4f} | [{held.ci_low:+.4f}, {held.ci_high:+.4f}] | {held.wins} / {held.losses} / "
-            f"{held.ties} | {result.recommended.label} ({result.recommended_ndcg_at_10:.4f}) | "
-            f"{check['identical']}/{check['queries']} |"
+            f"{held.winner_ndcg_at_10:.4f} | {held.gain:+.4f} | [{held.ci_low:+.4f}, {held.ci_high:+.4f}] | "
+            f"{held.wins} / {held.losses} / {held.ties} | {result.recommended.label} "
+            f"({result.recommended_ndcg_at_10:.4f}) | {check['identical']}/{check['queries']} |"
         )
     lines += ["", "| collection | fold | queries | winner (chosen on the other folds) | winner | current | gain |"]
     lines.append("|---|---|---|---|---|---|---|")
