@@ -17,6 +17,7 @@ the order of passages with equal scores (tests/e2e/test_tune.py holds the search
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -149,7 +150,8 @@ def answer(
     if dense and keyword:
         scores = fused_scores(dense, keyword, settings)
         by_id = {hit.chunk_id: hit for hit in (*keyword, *dense)}
-        order = sorted(scores, key=lambda chunk_id: (-scores[chunk_id], chunk_id))[: shape.top_k]
+        # The best top_k only (a tune computes this for every setting and question): the same as sorting all.
+        order = heapq.nsmallest(shape.top_k, scores, key=lambda chunk_id: (-scores[chunk_id], chunk_id))
         fused = [by_id[chunk_id] for chunk_id in order]
     else:
         fused = list((dense or keyword)[: shape.top_k])

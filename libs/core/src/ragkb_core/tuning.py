@@ -26,8 +26,9 @@ import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import product
+from typing import Annotated
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field
 
 from ragkb_core.contracts import ScopeFilter
 from ragkb_core.fusion import MAX_LEG_DEPTH, AnswerShape, FusionSettings, QueryLegs, answer
@@ -59,19 +60,15 @@ class TuneSpace(BaseModel):
     rrf_k applies to RRF only), plus the KB's current settings."""
 
     fusion: list[FusionMethod] = Field(default_factory=_both_fusions, min_length=1, max_length=2)
-    rrf_k: list[int] = Field(default_factory=lambda: [5, 10, 20, 40, 60], min_length=1, max_length=20)
-    keyword_weight: list[float] = Field(default_factory=lambda: [0.5, 0.75, 1.0, 1.5, 2.0], min_length=1, max_length=20)
-    candidate_multiplier: list[int] = Field(default_factory=lambda: [2, 4, 7, 14, 25], min_length=1, max_length=20)
-
-    @model_validator(mode="after")
-    def _values_in_bounds(self) -> TuneSpace:
-        if any(not 1 <= k <= 1000 for k in self.rrf_k):
-            raise ValueError("rrf_k values must be 1 to 1000")
-        if any(not 0 < weight <= 10 for weight in self.keyword_weight):
-            raise ValueError("keyword_weight values must be above 0 and at most 10")
-        if any(not 1 <= m <= MAX_CANDIDATE_MULTIPLIER for m in self.candidate_multiplier):
-            raise ValueError(f"candidate_multiplier values must be 1 to {MAX_CANDIDATE_MULTIPLIER}")
-        return self
+    rrf_k: list[Annotated[int, Field(ge=1, le=1000)]] = Field(
+        default_factory=lambda: [5, 10, 20, 40, 60], min_length=1, max_length=20
+    )
+    keyword_weight: list[Annotated[float, Field(gt=0, le=10)]] = Field(
+        default_factory=lambda: [0.5, 0.75, 1.0, 1.5, 2.0], min_length=1, max_length=20
+    )
+    candidate_multiplier: list[Annotated[int, Field(ge=1, le=MAX_CANDIDATE_MULTIPLIER)]] = Field(
+        default_factory=lambda: [2, 4, 7, 14, 25], min_length=1, max_length=20
+    )
 
 
 class TuneRequest(BaseModel):

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from litestar import Controller, Request, Response, get, post
+from litestar.params import Parameter
 
 from ragkb_api.access import Caller
 from ragkb_api.jobs.schemas import JobOut
@@ -16,6 +17,7 @@ from ragkb_api.tuning.versions import SettingsVersionService
 from ragkb_core.tuning import TuneRequest
 from ragkb_http import access
 
+VersionNumber = Annotated[int, Parameter(ge=1, le=2**31 - 1, description="a settings version of the KB")]
 TUNE_DESCRIPTION = """A job (kind `tune`, 202): the KB's retrieval settings searched on one of its question sets
 with k-fold cross-validation. Every question's dense and keyword candidates are fetched once, as deep as the
 deepest setting reads (top_k × the largest candidate_multiplier), and every setting's answer is computed from
@@ -107,7 +109,7 @@ class TuneController(Controller):
     def revert(
         self,
         kb_id: str,
-        version: int,
+        version: VersionNumber,
         settings_version_service: SettingsVersionService,
         caller: Caller,
         data: ChangeReason | None = None,
