@@ -3,6 +3,7 @@ interval of the held-out gain."""
 
 from __future__ import annotations
 
+import random
 import statistics
 
 import pytest
@@ -21,6 +22,7 @@ from ragkb_core.metrics import score_queries
 from ragkb_core.tuning import (
     ScoreTable,
     TuneSpace,
+    _PreparedLegs,
     candidates,
     cross_validate,
     fold_of_each_question,
@@ -168,3 +170,23 @@ def test_a_computed_answer_matches_the_served_one_up_to_the_order_of_equal_score
     assert not same_up_to_ties(served, ["a", "b", "c"])
     # The last group was cut by top_k: which of the equals made it may differ.
     assert same_up_to_ties([("a", 0.9), ("b", 0.5)], ["a", "x"])
+
+
+def test_scoring_every_setting_at_once_computes_exactly_what_answer_computes() -> None:
+    """The tune's array path (per question and depth) against fusion.answer, setting by setting, on legs with
+    ties, passages in one leg only, repeated texts and a relevance floor."""
+    rng = random.Random(4)
+    calibration = RelevanceCalibration(midpoint=0.5, steepness=10)
+    shape = AnswerShape(top_k=4, max_blocks=3, min_relevance=0.3)
+    settings = candidates(FusionSettings("dbsf", 60, 1.0, 1.0, 3), TuneSpace(candidate_multiplier=[1, 2, 5]))
+    for _ in range(30):
+        pool = [f"c{n:02d}" for n in range(30)]
+        dense = [hit(c, round(rng.random(), 2), f"doc{rng.randrange(8)}", f"t{rng.randrange(25)}") for c in pool[:20]]
+        dense.sort(key=lambda h: -h.score)
+        keyword = [hit(c, float(rng.randrange(1, 6)), "doc-k", c) for c in rng.sample(pool, 15)]
+        keyword.sort(key=lambda h: -h.score)
+        legs = QueryLegs(dense=dense, keyword=keyword)
+        for candidate in settings:
+            prepared = _PreparedLegs(legs, shape.top_k * candidate.candidate_multiplier)
+            expected = answer(legs, candidate, shape, calibration)
+            assert prepared.answer(candidate, shape, calibration) == expected, candidate

@@ -155,15 +155,16 @@ def answer(
         fused = [by_id[chunk_id] for chunk_id in order]
     else:
         fused = list((dense or keyword)[: shape.top_k])
-    return _assembled(fused, dense, shape, calibration)
+    return assembled(fused, dense, shape, calibration)
 
 
-def _assembled(
+def assembled(
     fused: list[LegCandidate],
     dense: Sequence[LegCandidate],
     shape: AnswerShape,
     calibration: RelevanceCalibration | None,
 ) -> list[LegCandidate]:
+    """The assembly's cuts of a fused list (`dense`: the dense leg as cut, for the passages' cosines)."""
     cosines = {hit.chunk_id: hit.score for hit in dense}
     lowest_cosine = dense[-1].score if dense else None
     seen_texts: set[str] = set()
