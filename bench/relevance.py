@@ -39,8 +39,9 @@ from fusion import Config, build_index, keyword_encoder
 from numpy.typing import NDArray
 
 from ragkb_core.contracts import ScopeFilter
+from ragkb_core.fusion import relevance
 from ragkb_core.kb_settings import KbRetrieval, RelevanceCalibration
-from ragkb_retriever.searching import qdrant_rrf_k, relevance
+from ragkb_retriever.searching import qdrant_rrf_k
 
 DEFAULTS = KbRetrieval()
 DEPTH = DEFAULTS.top_k * DEFAULTS.candidate_multiplier

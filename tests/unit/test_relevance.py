@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from ragkb_core.fusion import relevance
 from ragkb_core.kb_settings import DEFAULT_MIN_RELEVANCE, PACKAGED_E5_RELEVANCE, KbRetrieval, RelevanceCalibration
 from ragkb_core.settings import PACKAGED_E5_MODEL, EmbeddingModelSpec, EmbeddingSettings
-from ragkb_retriever.searching import relevance
 
 CALIBRATION = RelevanceCalibration(midpoint=0.8, steepness=40)
 

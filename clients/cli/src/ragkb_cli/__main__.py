@@ -1,4 +1,4 @@
-"""`ragkb`: knowledge bases, folder sync, search and evaluation against a ragkb server's public API.
+"""`ragkb`: knowledge bases, folder sync, search, evaluation and tuning against a ragkb server's public API.
 
 Exit codes: 0 success, 1 an operation had failures (a file that did not sync), 2 usage or API errors."""
 
@@ -31,6 +31,7 @@ from ragkb_cli.output import (
 )
 from ragkb_cli.progress import terminal_progress
 from ragkb_cli.sync import SyncOptions, SyncRun
+from ragkb_cli.tune import applied_line, tune_lines
 
 DEFAULT_URL = "http://127.0.0.1:8000"
 # Where `make run` writes the admin key it generated, relative to the repository it runs in.
@@ -204,6 +205,25 @@ def eval_run(api: ApiClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def tune(api: ApiClient, args: argparse.Namespace) -> int:
+    """Exit 0 when the tune succeeded (and, with --apply, its recommendation was applied or there was none), 1
+    when the job failed or did not end in time."""
+    kb = api.resolve_kb(args.kb)
+    kb_id = str(kb["id"])
+    set_id = str(api.resolve_question_set(kb_id, args.question_set)["id"])
+    body: Json = {"question_set_id": set_id, "folds": args.folds, "seed": args.seed}
+    job = api.wait_job(str(api.start_tune(kb_id, body)["id"]), args.timeout)
+    if job["status"] != "succeeded":
+        errors = "; ".join(str(error["message"]) for error in job["errors"]) or "no reason recorded"
+        print(f"error: tune job {job['id']} is {job['status']}: {errors}", file=sys.stderr)
+        return EXIT_FAILURES
+    result = api.tune_result(kb_id, str(job["id"]))["result"]
+    _print_lines([json.dumps(result, ensure_ascii=False, indent=2)] if args.json else tune_lines(kb, result))
+    if args.apply and result["changes"]:
+        print(applied_line(api.apply_tune(kb_id, str(job["id"]))))
+    return EXIT_OK
+
+
 def _print_lines(lines: list[str], stream: TextIO | None = None) -> None:
     for line in lines:
         print(line, file=stream or sys.stdout)
@@ -220,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_sync(commands)
     _add_search(commands)
     _add_eval(commands)
+    _add_tune(commands)
     return parser
 
 
@@ -325,6 +346,22 @@ def _add_eval(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
     running.add_argument("--timeout", type=float, default=EVAL_TIMEOUT_S, help="seconds to wait for the answer")
     running.add_argument("--json", action="store_true", help="print the raw JSON (per query too)")
     running.set_defaults(command=eval_run)
+
+
+def _add_tune(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    tuning = commands.add_parser(
+        "tune",
+        help="search a KB's fusion settings on a question set by cross-validation (admin key)",
+        parents=[_connection(True)],
+    )
+    tuning.add_argument("kb", metavar="KB", help="KB name or id")
+    tuning.add_argument("--question-set", required=True, help="question set name or id")
+    tuning.add_argument("--folds", type=_positive_int, default=5, help="cross-validation folds (default 5)")
+    tuning.add_argument("--seed", type=int, default=21, help="seeds the folds and the bootstrap (default 21)")
+    tuning.add_argument("--apply", action="store_true", help="apply the recommendation as a new settings version")
+    tuning.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for the job (default 3600)")
+    tuning.add_argument("--json", action="store_true", help="print the raw JSON result")
+    tuning.set_defaults(command=tune)
 
 
 def _json_object(value: str) -> Json:

@@ -230,6 +230,20 @@ class ApiClient:
         path = f"/v1/knowledge-bases/{kb_id}/evaluations"
         return self._json(lambda: self._http.post(path, json=body, timeout=timeout_s))
 
+    # -- tuning --------------------------------------------------------------------------------------
+
+    def start_tune(self, kb_id: str, body: Json) -> Json:
+        """Start a tune job; answers the job (202)."""
+        return self._json(lambda: self._http.post(f"/v1/knowledge-bases/{kb_id}/tune", json=body))
+
+    def tune_result(self, kb_id: str, job_id: str) -> Json:
+        """The tune job and, once it succeeded, its result."""
+        return self._json(lambda: self._http.get(f"/v1/knowledge-bases/{kb_id}/tune/{job_id}"))
+
+    def apply_tune(self, kb_id: str, job_id: str) -> Json:
+        """The tune's recommendation as the KB's next settings version; answers that version."""
+        return self._json(lambda: self._http.post(f"/v1/knowledge-bases/{kb_id}/tune/{job_id}/apply"))
+
     # -- sync ----------------------------------------------------------------------------------------
 
     def sync(self, kb_id: str, files: list[Json], dry_run: bool) -> Json:

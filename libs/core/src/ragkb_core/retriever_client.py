@@ -23,6 +23,7 @@ from ragkb_core.contracts import (
 )
 from ragkb_core.errors import Conflict, ExternalUnavailable, InvalidInput, NotFound, RagkbError, Unavailable
 from ragkb_core.external import ExternalProbe, ExternalTarget
+from ragkb_core.fusion import LegsQuery, LegsResult
 from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.request_context import REQUEST_ID_HEADER, request_id
 from ragkb_core.settings import RetrieverClientSettings
@@ -141,6 +142,11 @@ class RetrieverClient:
         does not fit `embedding_model`, e.g. another dimension or a vector name it lacks)."""
         body = {"target": target.model_dump(mode="json"), "embedding_model": embedding_model}
         return ExternalProbe.model_validate(self._call("POST", "/external/probe", json=body))
+
+    def legs(self, query: LegsQuery) -> LegsResult:
+        """Each question's dense and keyword candidates in one KB (ragkb_core.fusion)."""
+        response = self._send("POST", "/legs", content=query.model_dump_json(), headers=JSON_CONTENT)
+        return LegsResult.model_validate_json(response.content)
 
     def analyze(self, query: AnalyzeQuery) -> AnalyzeResult:
         return AnalyzeResult.model_validate(self._call("POST", "/analyze", json=query.model_dump(mode="json")))

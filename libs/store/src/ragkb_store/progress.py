@@ -19,6 +19,7 @@ from ragkb_store.db.models import Document, Job, JobItem, utcnow
 from ragkb_store.states import (
     ACTIVE_JOB_STATUSES,
     FINISHED_JOB_STATUSES,
+    ITEMLESS_KINDS,
     WORKER_SETTLED_KINDS,
     DocumentStatus,
     ItemAction,
@@ -152,8 +153,9 @@ def cancel_job(session: Session, job: Job) -> bool:
         .where(JobItem.job_id == job.id, JobItem.status == JobItemStatus.PENDING)
         .values(status=JobItemStatus.CANCELLED, message="the job was cancelled", updated_at=utcnow())
     )
-    tally = tally_job(session, job)
-    job.progress_current, job.progress_total, job.counts = tally.current, tally.total, counts_of(tally)
+    if job.kind not in ITEMLESS_KINDS:
+        tally = tally_job(session, job)
+        job.progress_current, job.progress_total, job.counts = tally.current, tally.total, counts_of(tally)
     session.flush()
     session.refresh(job)
     return True

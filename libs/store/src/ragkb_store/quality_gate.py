@@ -82,6 +82,11 @@ def load_gate_set(session: Session, kb_id: str) -> GateSet | None:
     ).first()
     if set_id is None:
         return None
+    return GateSet(*load_question_set(session, set_id), set_id)
+
+
+def load_question_set(session: Session, set_id: str) -> tuple[list[JudgedQuestion], dict[str, dict[str, int]]]:
+    """A question set's questions in their given order and, per query id, source_id → grade."""
     rows = session.scalars(select(Question).where(Question.set_id == set_id).order_by(Question.position))
     questions = [JudgedQuestion(row.query_id, row.text) for row in rows]
     qrels: dict[str, dict[str, int]] = {question.query_id: {} for question in questions}
@@ -90,7 +95,7 @@ def load_gate_set(session: Session, kb_id: str) -> GateSet | None:
     )
     for query_id, source_id, grade in judgements:
         qrels.setdefault(query_id, {})[source_id] = grade
-    return GateSet(questions, qrels, set_id)
+    return questions, qrels
 
 
 def ndcg_at_10(gate: GateSet, rankings: Mapping[str, Sequence[str]]) -> float:

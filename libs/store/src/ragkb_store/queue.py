@@ -22,12 +22,14 @@ REINDEX_DOCUMENT = "ragkb.reindex_document"
 FINISH_REINDEX = "ragkb.finish_reindex"
 # A KB deletion job: index, documents in batches, blobs only they used, then the KB row.
 DELETE_KB = "ragkb.delete_kb"
+# A tune job: a KB's question set's legs fetched, every candidate setting scored, cross-validated.
+TUNE_KB = "ragkb.tune_kb"
 INGEST_QUEUE = "ingest"
 BULK_QUEUE = "ingest-bulk"
 QUEUE_OF_LANE = {Lane.INTERACTIVE: INGEST_QUEUE, Lane.BULK: BULK_QUEUE}
 # The order the worker consumes them in (queue_order_strategy "priority"): interactive first.
 WORKER_QUEUES = (INGEST_QUEUE, BULK_QUEUE)
-TASK_NAMES = (INGEST_DOCUMENT, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB)
+TASK_NAMES = (INGEST_DOCUMENT, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB, TUNE_KB)
 # Kombu keeps one Redis list per priority step (0 is taken first): `ingest-bulk`, `ingest-bulk\x06\x163`, ...
 PRIORITY_STEPS = (0, 3, 6, 9)
 PRIORITY_KEY_SEPARATOR = "\x06\x16"
@@ -98,6 +100,12 @@ def enqueue_finish_reindex(app: Celery, job_id: str) -> None:
 def enqueue_delete_kb(app: Celery, job_id: str) -> None:
     # One long task (every document of the KB): in the bulk lane, so that uploads do not wait for it.
     app.send_task(DELETE_KB, args=[job_id], queue=BULK_QUEUE, priority=0)
+
+
+def enqueue_tune(app: Celery, job_id: str) -> None:
+    # One task of seconds to minutes (every question of the set): in the bulk lane, ahead of bulk documents, so
+    # that uploads do not wait for it.
+    app.send_task(TUNE_KB, args=[job_id], queue=BULK_QUEUE, priority=0)
 
 
 class IngestQueue:

@@ -46,6 +46,8 @@ class JobKind(StrEnum):
     REINDEX = "reindex"
     # A whole KB deleted: index, documents in batches, blobs only they used, then the row.
     KB_DELETE = "kb_delete"
+    # Retrieval settings searched on a question set by cross-validation (no items: progress is questions).
+    TUNE = "tune"
 
 
 class SourceRunStatus(StrEnum):
@@ -77,4 +79,18 @@ class ItemAction(StrEnum):
 ACTIVE_JOB_STATUSES = (JobStatus.QUEUED, JobStatus.RUNNING)
 FINISHED_JOB_STATUSES = frozenset({JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.CANCELLED})
 # Jobs the worker that runs them settles and finishes: nothing waits for documents to arrive, so no deadline.
-WORKER_SETTLED_KINDS = frozenset({JobKind.REINDEX, JobKind.KB_DELETE})
+WORKER_SETTLED_KINDS = frozenset({JobKind.REINDEX, JobKind.KB_DELETE, JobKind.TUNE})
+# Jobs without items: their progress is the job's own counters (an ingest's stages, a tune's questions).
+ITEMLESS_KINDS = frozenset({JobKind.INGEST, JobKind.TUNE})
+
+
+class SettingsOrigin(StrEnum):
+    """What made a version of a KB's retrieval settings (ragkb_store.settings_versions)."""
+
+    CREATE = "create"
+    PATCH = "patch"
+    TUNE = "tune"
+    REVERT = "revert"
+    # The settings a KB had when versions began (migration 0014), or before its first recorded change.
+    INITIAL = "initial"
+    MIGRATION = "migration"

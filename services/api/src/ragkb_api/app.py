@@ -60,6 +60,9 @@ from ragkb_api.sources.service import SourceService
 from ragkb_api.tools.mcp import McpServer
 from ragkb_api.tools.routes import ContextController, McpController, ToolController
 from ragkb_api.tools.service import ToolService
+from ragkb_api.tuning.routes import TuneController
+from ragkb_api.tuning.service import TuneService
+from ragkb_api.tuning.versions import SettingsVersionService
 from ragkb_core.health import ReadinessChecks, run_checks
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_http import (
@@ -113,6 +116,8 @@ class ApiServices:
     sources: SourceService
     source_runner: SourceRunner
     source_scheduler: SourceScheduler
+    tuning: TuneService
+    settings_versions: SettingsVersionService
 
 
 def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
@@ -177,6 +182,8 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         sources=SourceService(sessions, vault, runner, settings.sources),
         source_runner=runner,
         source_scheduler=SourceScheduler(source_ledger, runner, settings.sources.scheduler_tick_s),
+        tuning=TuneService(sessions, queue),
+        settings_versions=SettingsVersionService(sessions),
     )
 
 
@@ -212,6 +219,7 @@ def create_app(settings: ApiSettings) -> Litestar:
             PageController,
             QuestionSetController,
             EvaluationController,
+            TuneController,
             DocumentSourceController,
             SourceController,
             ConsoleController,
@@ -234,6 +242,8 @@ def create_app(settings: ApiSettings) -> Litestar:
             "dify_service": Provide(lambda: services.dify, sync_to_thread=False),
             "question_set_service": Provide(lambda: services.question_sets, sync_to_thread=False),
             "evaluation_service": Provide(lambda: services.evaluations, sync_to_thread=False),
+            "tune_service": Provide(lambda: services.tuning, sync_to_thread=False),
+            "settings_version_service": Provide(lambda: services.settings_versions, sync_to_thread=False),
             "document_source_service": Provide(lambda: services.document_sources, sync_to_thread=False),
             "source_service": Provide(lambda: services.sources, sync_to_thread=False),
             "console_sessions": Provide(lambda: console_sessions, sync_to_thread=False),

@@ -18,7 +18,7 @@ from ragkb_retriever.index.port import VectorIndex
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.query_vectors import QueryVectorCache
 from ragkb_retriever.reranking import RerankerPool
-from ragkb_retriever.routes import IndexController, SearchController, analyze, internal_ready, probe_external
+from ragkb_retriever.routes import IndexController, SearchController, analyze, internal_ready, legs, probe_external
 from ragkb_retriever.searching import SearchService
 from ragkb_retriever.settings import RetrieverSettings, query_embedding_settings
 from ragkb_telemetry.exposition import scrape_registry
@@ -79,6 +79,7 @@ def create_app(settings: RetrieverSettings) -> Litestar:
             internal_ready,
             analyze,
             probe_external,
+            legs,
             IndexController,
             SearchController,
         ],

@@ -25,6 +25,7 @@ from ragkb_core.contracts import (
 )
 from ragkb_core.errors import InvalidInput
 from ragkb_core.external import ExternalConfig, ExternalProbe, ExternalQdrantConfig, ExternalTarget
+from ragkb_core.fusion import LegsQuery, LegsResult
 from ragkb_core.ids import ID_PATTERN, is_id
 from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.retriever_client import INTERNAL_PREFIX
@@ -225,6 +226,19 @@ class SearchController(Controller):
         observe_stages(metrics.search_stage_duration, result.timings_ms, result.mode)
         # Encoded by pydantic in one pass (Rust), not dumped to Python objects first and encoded after.
         return Response(result.model_dump_json().encode(), media_type=MediaType.JSON)
+
+
+@post(
+    f"{INTERNAL_PREFIX}/legs",
+    status_code=200,
+    sync_to_thread=True,
+    tags=["search"],
+    summary="Each question's dense and keyword candidates in one KB (a tune computes every fusion from them)",
+)
+def legs(data: LegsQuery, search_service: SearchService) -> LegsResult:
+    if not is_id(data.kb.kb_id):
+        raise InvalidInput("a knowledge base id is 32 hex characters")
+    return search_service.legs(data)
 
 
 @post(f"{INTERNAL_PREFIX}/analyze", status_code=200, sync_to_thread=True, tags=["search"], summary="Analyze a text")

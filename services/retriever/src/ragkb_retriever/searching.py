@@ -7,7 +7,7 @@ parallel), rerank, assemble (the cuts, see assembly.py).
 
 from __future__ import annotations
 
-import math
+import hashlib
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -36,6 +36,7 @@ from ragkb_core.contracts import (
     original_link,
 )
 from ragkb_core.errors import ExternalUnavailable, NotFound
+from ragkb_core.fusion import LegCandidate, LegsQuery, LegsResult, QueryLegs, relevance
 from ragkb_core.kb_settings import KbAnalyzer, RelevanceCalibration
 from ragkb_models.cross_encoder import blend_scores, passage_for_reranking
 from ragkb_retriever.assembly import Candidate, assemble
@@ -314,6 +315,31 @@ class SearchService:
                 candidate.hit.score = round(blended, 6)
         return outcome
 
+    # -- legs for a tune ------------------------------------------------------------------------------
+
+    def legs(self, query: LegsQuery) -> LegsResult:
+        """Each question's dense and keyword candidates, `depth` deep, as a hybrid search of the KB runs its legs
+        (ragkb_core.fusion computes any setting's answer from them)."""
+        kb = query.kb
+        encoder = self._bm25_for(kb.analyzer)
+
+        def one_question(text: str) -> QueryLegs:
+            found = self._index.search(
+                kb.kb_id,
+                self._query_vector(kb.embedding_model, text),
+                encoder.encode_query(text),
+                query.scope,
+                1,
+                query.depth,
+                qdrant_rrf_k(kb.retrieval.rrf_k),
+                generation=kb.generation,
+                leg_payloads=True,
+            )
+            return QueryLegs(dense=leg_candidates(found.dense), keyword=leg_candidates(found.keyword))
+
+        calibration = kb.retrieval.relevance_calibration or self._calibration_for(kb.embedding_model)
+        return LegsResult(legs=list(self._pool.map(one_question, query.queries)), calibration=calibration)
+
     # -- analysis ----------------------------------------------------------------------------------
 
     def analyze(self, query: AnalyzeQuery) -> AnalyzeResult:
@@ -381,10 +407,22 @@ def _annotated_hits(kb: KbSearch, legs: LegResults, calibration: RelevanceCalibr
     return hits
 
 
-def relevance(cosine: float, calibration: RelevanceCalibration) -> float:
-    """A dense cosine as a 0–1 relevance: the calibration's logistic (RelevanceCalibration)."""
-    exponent = -calibration.steepness * (cosine - calibration.midpoint)
-    return 1.0 / (1.0 + math.exp(min(exponent, 700.0)))
+def leg_candidates(hits: Sequence[IndexHit]) -> list[LegCandidate]:
+    """A leg's hits as a tune reads them: id, document, score and a digest of the text."""
+    return [
+        LegCandidate(
+            chunk_id=hit.id,
+            source_id=hit.payload["source_id"],
+            score=hit.score,
+            text_key=_text_key(hit.payload.get("text", "")),
+        )
+        for hit in hits
+    ]
+
+
+def _text_key(text: str) -> str:
+    """As the assembly compares texts (whitespace collapsed), in 16 hex characters."""
+    return hashlib.blake2b(" ".join(text.split()).encode(), digest_size=8).hexdigest()
 
 
 def _leg_rankings(part: KbPart, legs: LegResults) -> list[LegRanking]:

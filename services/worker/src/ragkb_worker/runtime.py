@@ -22,6 +22,7 @@ from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.quality_gate import QualityGate
 from ragkb_worker.reindexing import Reindexer
 from ragkb_worker.settings import WorkerSettings
+from ragkb_worker.tuning import Tuner
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class WorkerRuntime:
     pipeline: IngestPipeline
     reindexer: Reindexer
     kb_deleter: KbDeleter
+    tuner: Tuner
 
 
 def build_runtime(settings: WorkerSettings, enqueue_finish_reindex: Callable[[str], None]) -> WorkerRuntime:
@@ -55,4 +57,5 @@ def build_runtime(settings: WorkerSettings, enqueue_finish_reindex: Callable[[st
         pipeline=pipeline,
         reindexer=Reindexer(sessions, pipeline, retriever, QualityGate(sessions, retriever), enqueue_finish_reindex),
         kb_deleter=KbDeleter(sessions, retriever, blobs),
+        tuner=Tuner(sessions, retriever),
     )

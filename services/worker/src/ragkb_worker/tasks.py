@@ -11,7 +11,7 @@ from celery import Celery, Task
 
 from ragkb_core import request_context
 from ragkb_store.ledger import DocumentLedger
-from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT
+from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT, TUNE_KB
 from ragkb_telemetry import metrics
 from ragkb_telemetry.metrics import observe_stage_seconds
 from ragkb_worker.failures import run_with_policy
@@ -76,6 +76,20 @@ def register_tasks(app: Celery, settings: TaskSettings, runtime: Callable[[], Wo
             doing="deleting the knowledge base",
             max_retries=0,
             on_failure=lambda reason: deleter.fail(job_id, reason),
+        )
+        return {"job_id": job_id, "status": status}
+
+    # Transient failures (the retriever restarting) are retried with backoff; the tune starts over (it has
+    # recorded nothing but its progress). Anything else ends the job failed with the reason.
+    @app.task(name=TUNE_KB, **redeliverable)  # type: ignore[untyped-decorator]
+    def tune_kb(self: Task, job_id: str) -> dict[str, Any]:
+        tuner = runtime().tuner
+        status = run_with_policy(
+            self,
+            lambda: tuner.run(job_id),
+            doing="tuning the knowledge base",
+            max_retries=settings.max_retries,
+            on_failure=lambda reason: tuner.fail(job_id, reason),
         )
         return {"job_id": job_id, "status": status}
 

@@ -238,3 +238,24 @@ class Source(Base):
     lease_owner: Mapped[str | None] = mapped_column(String(64), nullable=True)
     lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SettingsVersion(Base):
+    """One version of a KB's retrieval settings, as stored on the KB (`KnowledgeBase.retrieval`), numbered from 1
+    per KB: who made it (`author_key_id`: the API key; None for the migration's first version), when, why
+    (`origin`: create, patch, tune, revert, migration; `reason`: free text), and from what (`tune_job_id`, or
+    `reverted_to`: the version a revert brought back). Written only by ragkb_store.settings_versions."""
+
+    __tablename__ = "kb_settings_versions"
+    __table_args__ = (UniqueConstraint("kb_id", "version", name="uq_kb_settings_versions_kb_version"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    kb_id: Mapped[str] = mapped_column(String(32), ForeignKey("knowledge_bases.id", ondelete="CASCADE"))
+    version: Mapped[int] = mapped_column(Integer)
+    retrieval: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    origin: Mapped[str] = mapped_column(String(20))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    author_key_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    tune_job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    reverted_to: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -25,6 +25,7 @@ from litestar.response import ServerSentEventMessage
 from ragkb_api.jobs.schemas import JobOut
 from ragkb_api.jobs.service import JobSnapshot, SettledItem
 from ragkb_core.errors import RagkbError, TooManyRequests
+from ragkb_store.states import JobKind
 
 _log = logging.getLogger("ragkb.api.jobs")
 # How often a job's poller looks at the database.
@@ -176,6 +177,8 @@ class JobEvents:
 async def _messages(feed: _Feed) -> AsyncIterator[ServerSentEventMessage]:
     """One stream's events from its job's feed: those settled before it joined, then each as it settles."""
     seen_version, shown, first = 0, 0, True
+    # A tune has no items: it reports its own counters, an event each time they move.
+    counted: tuple[int, int] | None = None
     while True:
         if feed.version == seen_version:
             await feed.updated.wait()
@@ -187,7 +190,9 @@ async def _messages(feed: _Feed) -> AsyncIterator[ServerSentEventMessage]:
         assert feed.job is not None  # a version without an error carries the job
         for message in _progress_events(feed.job, feed.settled[shown:], shown, first):
             yield message
-        shown, first = len(feed.settled), False
+        if not first and feed.job.kind == JobKind.TUNE and _numbers(feed.job) != counted:
+            yield _event("progress", _itemless_progress(feed.job))
+        shown, first, counted = len(feed.settled), False, _numbers(feed.job)
         if feed.finished:
             yield _event("complete", _complete(feed.job))
             return
@@ -196,7 +201,8 @@ async def _messages(feed: _Feed) -> AsyncIterator[ServerSentEventMessage]:
 def _progress_events(job: JobOut, new: list[SettledItem], already: int, first: bool) -> list[ServerSentEventMessage]:
     total = job.progress.total
     if first and not new:
-        data = {"current": 0, "total": total, "source_id": None, "action": None, "status": None, "message": None}
+        current = job.progress.current if job.kind == JobKind.TUNE else 0
+        data = {"current": current, "total": total, "source_id": None, "action": None, "status": None, "message": None}
         return [_event("progress", data)]
     return [
         _event(
@@ -212,6 +218,15 @@ def _progress_events(job: JobOut, new: list[SettledItem], already: int, first: b
         )
         for index, item in enumerate(new, start=1)
     ]
+
+
+def _numbers(job: JobOut) -> tuple[int, int]:
+    return job.progress.current, job.progress.total
+
+
+def _itemless_progress(job: JobOut) -> dict[str, Any]:
+    current, total = _numbers(job)
+    return {"current": current, "total": total, "source_id": None, "action": None, "status": None, "message": None}
 
 
 def _complete(job: JobOut) -> dict[str, Any]:

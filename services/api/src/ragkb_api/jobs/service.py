@@ -44,7 +44,7 @@ from ragkb_store.ledger.jobs import add_failed_item, add_items, requeue_failed_d
 from ragkb_store.ledger.sources import begin_queued_job
 from ragkb_store.quality_gate import QualityCheck
 from ragkb_store.queue import IngestQueue
-from ragkb_store.states import FINISHED_JOB_STATUSES, ItemAction, JobKind, Lane
+from ragkb_store.states import FINISHED_JOB_STATUSES, ITEMLESS_KINDS, ItemAction, JobKind, Lane
 
 _log = logging.getLogger("ragkb.api.jobs")
 RECENT_JOBS = 50
@@ -331,7 +331,7 @@ def _plan_out(plan: SyncPlan, job_id: str | None) -> SyncPlanOut:
 
 
 def _job_out(session: Session, job: Job) -> JobOut:
-    if job.kind == JobKind.INGEST:  # one document's run: no items, its own record
+    if job.kind in ITEMLESS_KINDS:  # one document's run, a tune: no items, their own record
         counts, errors = (
             JobCounts(**{k: v for k, v in job.counts.items() if k in JobCounts.model_fields}),
             [JobError(source_id=None, message=str(error)) for error in job.errors],

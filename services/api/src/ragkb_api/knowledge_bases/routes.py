@@ -55,8 +55,8 @@ class KnowledgeBaseController(Controller):
         description=CREATE_DESCRIPTION,
         opt=access("admin"),
     )
-    def create(self, data: KnowledgeBaseCreate, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
-        return kb_service.create(data)
+    def create(self, data: KnowledgeBaseCreate, kb_service: KnowledgeBaseService, caller: Caller) -> KnowledgeBaseOut:
+        return kb_service.create(data, caller.key_id)
 
     @get(
         "/",
@@ -85,10 +85,15 @@ class KnowledgeBaseController(Controller):
         return kb_service.get(kb_id)
 
     @patch(
-        "/{kb_id:str}", sync_to_thread=True, summary="Rename a KB or change its chunking settings", opt=access("admin")
+        "/{kb_id:str}",
+        sync_to_thread=True,
+        summary="Rename a KB or change its chunking, retrieval (a new settings version) or sync settings",
+        opt=access("admin"),
     )
-    def update(self, kb_id: str, data: KnowledgeBaseUpdate, kb_service: KnowledgeBaseService) -> KnowledgeBaseOut:
-        return kb_service.update(kb_id, data)
+    def update(
+        self, kb_id: str, data: KnowledgeBaseUpdate, kb_service: KnowledgeBaseService, caller: Caller
+    ) -> KnowledgeBaseOut:
+        return kb_service.update(kb_id, data, caller.key_id)
 
     @delete(
         "/{kb_id:str}",

@@ -95,6 +95,8 @@ class KnowledgeBaseUpdate(BaseModel):
     analyzer: KbAnalyzer | None = None
     # Replaces the sync rules whole (fields left out take their defaults); applies from the next sync.
     sync: KbSync | None = None
+    # Why: recorded with the new retrieval settings version (GET .../settings/versions) when `retrieval` changes.
+    reason: str | None = Field(default=None, max_length=500)
 
 
 class KnowledgeBaseOut(BaseModel):

@@ -31,8 +31,9 @@ from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, KnowledgeBase
-from ragkb_store.knowledge_bases import ensure_indexed_here, ensure_not_deleting, load_kb
-from ragkb_store.states import DocumentStatus
+from ragkb_store.knowledge_bases import ensure_indexed_here, ensure_not_deleting, load_kb, lock_kb
+from ragkb_store.settings_versions import Change, change_retrieval, record_created
+from ragkb_store.states import DocumentStatus, SettingsOrigin
 
 
 class KnowledgeBaseService:
@@ -51,9 +52,9 @@ class KnowledgeBaseService:
         self._vault = vault or CredentialVault(None)
         self._embedding = embedding or EmbeddingSettings()
 
-    def create(self, data: KnowledgeBaseCreate) -> KnowledgeBaseOut:
+    def create(self, data: KnowledgeBaseCreate, author_key_id: str | None = None) -> KnowledgeBaseOut:
         if data.external is not None:
-            return self._create_external(data, data.external)
+            return self._create_external(data, data.external, author_key_id)
         _check_sync_patterns(data.sync)
         kb_id = new_id()
         try:
@@ -61,27 +62,30 @@ class KnowledgeBaseService:
                 _ensure_name_free(session, data.name)
                 # Inside the transaction: if the index cannot be created, no KB row is left behind.
                 index = self._retriever.create_kb(kb_id, data.index)
-                session.add(
-                    KnowledgeBase(
-                        id=kb_id,
-                        name=data.name,
-                        description=data.description,
-                        embedding_model=index.embedding_model,
-                        analyzer_version=data.analyzer.version,
-                        chunking=data.chunking.model_dump(),
-                        retrieval=data.retrieval.model_dump(exclude_defaults=True),
-                        # In full: the analyzer's defaults may change, the terms this KB was built with may not.
-                        analyzer=data.analyzer.model_dump(),
-                        sync=data.sync.model_dump(exclude_defaults=True),
-                    )
+                kb = KnowledgeBase(
+                    id=kb_id,
+                    name=data.name,
+                    description=data.description,
+                    embedding_model=index.embedding_model,
+                    analyzer_version=data.analyzer.version,
+                    chunking=data.chunking.model_dump(),
+                    retrieval=data.retrieval.model_dump(exclude_defaults=True),
+                    # In full: the analyzer's defaults may change, the terms this KB was built with may not.
+                    analyzer=data.analyzer.model_dump(),
+                    sync=data.sync.model_dump(exclude_defaults=True),
                 )
+                session.add(kb)
+                session.flush()
+                record_created(session, kb, author_key_id)
         except IntegrityError as exc:
             # Lost a race for the name after the index was made: remove that empty index again.
             self._retriever.drop_kb(kb_id)
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
 
-    def _create_external(self, data: KnowledgeBaseCreate, external: ExternalKnowledgeBaseCreate) -> KnowledgeBaseOut:
+    def _create_external(
+        self, data: KnowledgeBaseCreate, external: ExternalKnowledgeBaseCreate, author_key_id: str | None
+    ) -> KnowledgeBaseOut:
         """Register an external KB: its credential sealed, then the KB reached once through the retriever (the
         only process that talks to Qdrant), so that a wrong address, key, collection, vector name or model is
         refused now (502 or 422) rather than at the first search. Nothing is created in ragkb's index."""
@@ -100,21 +104,22 @@ class KnowledgeBaseService:
         try:
             with transaction(self._sessions) as session:
                 _ensure_name_free(session, data.name)
-                session.add(
-                    KnowledgeBase(
-                        id=kb_id,
-                        name=data.name,
-                        description=data.description,
-                        embedding_model=model or "",
-                        analyzer_version=data.analyzer.version,
-                        chunking={},
-                        retrieval=data.retrieval.model_dump(exclude_defaults=True),
-                        analyzer=data.analyzer.model_dump(),
-                        sync={},
-                        external=external.config.model_dump(mode="json"),
-                        external_credentials=sealed,
-                    )
+                kb = KnowledgeBase(
+                    id=kb_id,
+                    name=data.name,
+                    description=data.description,
+                    embedding_model=model or "",
+                    analyzer_version=data.analyzer.version,
+                    chunking={},
+                    retrieval=data.retrieval.model_dump(exclude_defaults=True),
+                    analyzer=data.analyzer.model_dump(),
+                    sync={},
+                    external=external.config.model_dump(mode="json"),
+                    external_credentials=sealed,
                 )
+                session.add(kb)
+                session.flush()
+                record_created(session, kb, author_key_id)
         except IntegrityError as exc:
             raise Conflict(f"a knowledge base named {data.name!r} already exists") from exc
         return self.get(kb_id)
@@ -135,8 +140,8 @@ class KnowledgeBaseService:
             kb = load_kb(session, kb_id)
             return _kb_out(kb, _status_counts(session, [kb_id]).get(kb_id, {}))
 
-    def update(self, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBaseOut:
-        changes = data.model_dump(exclude_none=True, exclude={"retrieval", "analyzer", "sync"})
+    def update(self, kb_id: str, data: KnowledgeBaseUpdate, author_key_id: str | None = None) -> KnowledgeBaseOut:
+        changes = data.model_dump(exclude_none=True, exclude={"retrieval", "analyzer", "sync", "reason"})
         if not changes and data.retrieval is None and data.analyzer is None and data.sync is None:
             raise InvalidInput("nothing to change: give name, description, chunking, retrieval or sync")
         if data.sync is not None:
@@ -150,7 +155,9 @@ class KnowledgeBaseService:
                 for field, value in changes.items():
                     setattr(kb, field, value)
                 if data.retrieval is not None:
-                    kb.retrieval = _patched_retrieval(kb.retrieval, data.retrieval)
+                    patched = patched_retrieval(kb.retrieval, data.retrieval)
+                    reason = data.reason or "PATCH of the knowledge base"
+                    change_retrieval(session, kb, patched, Change(SettingsOrigin.PATCH, reason, author_key_id))
                 if data.sync is not None:
                     kb.sync = data.sync.model_dump(exclude_defaults=True)
         except IntegrityError as exc:
@@ -160,8 +167,9 @@ class KnowledgeBaseService:
 
 def _load_changeable_kb(session: Session, kb_id: str, data: KnowledgeBaseUpdate) -> KnowledgeBase:
     """The KB a PATCH may change. An external KB may be renamed, described and searched differently (retrieval);
-    its chunking, analyzer and sync rules are refused (409): ragkb indexes nothing of it."""
-    kb = load_kb(session, kb_id)
+    its chunking, analyzer and sync rules are refused (409): ragkb indexes nothing of it. A retrieval change
+    locks the row first, so that concurrent changes number their settings versions one at a time."""
+    kb = lock_kb(session, kb_id) if data.retrieval is not None else load_kb(session, kb_id)
     ensure_not_deleting(kb)
     indexing = [field for field in ("chunking", "analyzer", "sync") if getattr(data, field) is not None]
     if indexing:
@@ -189,7 +197,7 @@ def _check_sync_patterns(sync: KbSync) -> None:
         compile_exclude(pattern)
 
 
-def _patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[str, Any]:
+def patched_retrieval(stored: dict[str, Any], patch: RetrievalPatch) -> dict[str, Any]:
     """The stored settings with the patch's fields applied (null: back to the default), validated whole."""
     merged = KbRetrieval.model_validate(stored).model_dump() | patch.model_dump(exclude_unset=True)
     defaults = KbRetrieval().model_dump()

@@ -31,6 +31,7 @@ from typing import Any, Protocol
 
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
+from ragkb_core.fusion import distribution_normalised
 from ragkb_core.kb_settings import FusionMethod, KbIndexLayout
 from ragkb_retriever.index.filters import FilterSpec, document_filter, scope_is_empty
 
@@ -380,18 +381,8 @@ def weighted_dbsf(legs: Sequence[Sequence[IndexHit]], weights: Sequence[float]) 
     totals: dict[str, float] = {}
     first_seen: dict[str, IndexHit] = {}
     for leg, weight in zip(legs, weights, strict=True):
-        for hit, normalised in zip(leg, _distribution_normalised([hit.score for hit in leg]), strict=True):
+        for hit, normalised in zip(leg, distribution_normalised([hit.score for hit in leg]), strict=True):
             totals[hit.id] = totals.get(hit.id, 0.0) + weight * normalised
             first_seen.setdefault(hit.id, hit)
     ordered = sorted(totals, key=lambda point: (-totals[point], point))
     return [IndexHit(id=point, score=totals[point], payload=first_seen[point].payload) for point in ordered]
-
-
-def _distribution_normalised(scores: Sequence[float]) -> list[float]:
-    if len(scores) < 2:
-        return [0.5] * len(scores)
-    mean = sum(scores) / len(scores)
-    deviation = (sum((score - mean) ** 2 for score in scores) / (len(scores) - 1)) ** 0.5
-    if deviation == 0:
-        return [0.5] * len(scores)
-    return [(score - (mean - 3 * deviation)) / (6 * deviation) for score in scores]

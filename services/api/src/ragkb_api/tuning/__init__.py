@@ -1,0 +1,1 @@
+"""Per-KB tuning jobs and the versions of a KB's retrieval settings."""
