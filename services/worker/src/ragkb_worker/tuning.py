@@ -26,10 +26,11 @@ from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RelevanceCalibration
 from ragkb_core.metrics import Question
 from ragkb_core.tuning import SearchCheck, TuneJobParams, answer_shape, candidates, leg_depth, tune
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Job, KnowledgeBase, utcnow
+from ragkb_store.db.models import Job, KnowledgeBase
+from ragkb_store.ledger.jobs import succeed_with_params
 from ragkb_store.progress import fail_job
 from ragkb_store.quality_gate import load_question_set
-from ragkb_store.states import FINISHED_JOB_STATUSES, JobStatus
+from ragkb_store.states import FINISHED_JOB_STATUSES
 
 _log = logging.getLogger("ragkb.worker")
 # Questions whose computed answer under the current settings is checked against the search's own.
@@ -92,11 +93,8 @@ class Tuner:
         }
         finished = params.model_copy(update={"result": result})
         with transaction(self._sessions) as session:
-            job = session.get_one(Job, job_id)
-            if job.status in FINISHED_JOB_STATUSES:
+            if not succeed_with_params(session, job_id, finished.model_dump(mode="json")):
                 return "skipped"
-            job.params = finished.model_dump(mode="json")
-            job.status, job.finished_at = JobStatus.SUCCEEDED, utcnow()
         _log.info("tune job %s: held-out gain %+.4f over %d questions", job_id, result.held_out.gain, result.queries)
         return "succeeded"
 

@@ -18,6 +18,7 @@ from ragkb_store.ledger.documents import DocumentScope, send_back_to_pending
 from ragkb_store.progress import cancel_job, finish_if_settled
 from ragkb_store.states import (
     ACTIVE_JOB_STATUSES,
+    FINISHED_JOB_STATUSES,
     DocumentStatus,
     ItemAction,
     JobItemStatus,
@@ -134,6 +135,17 @@ def record_params(session: Session, job_id: str, **values: Any) -> None:
     job = session.get_one(Job, job_id)
     # A new dict: the JSON column notices a replaced value, not one changed in place.
     job.params = {**job.params, **values}
+
+
+def succeed_with_params(session: Session, job_id: str, params: dict[str, Any]) -> bool:
+    """A job that computes its answer in one task (a tune) succeeds with its result in its params; False when it
+    had already finished meanwhile (cancelled), and then nothing is written."""
+    job = session.get_one(Job, job_id)
+    if job.status in FINISHED_JOB_STATUSES:
+        return False
+    job.params = params
+    job.status, job.finished_at = JobStatus.SUCCEEDED, utcnow()
+    return True
 
 
 # -- KB deletion -------------------------------------------------------------------------------------------
