@@ -198,14 +198,6 @@ class RangeLedger:
                 .values(status=RangeStatus.PENDING, lease_until=None, error=f"retrying: {reason}")
             )
 
-    def range_attempts(self, document_id: str) -> dict[int, int]:
-        """Attempts per range position of the document's split (for its report and the tests)."""
-        with self._sessions() as session:
-            rows = session.execute(
-                select(DocumentRange.position, DocumentRange.attempts).where(DocumentRange.document_id == document_id)
-            )
-            return {position: attempts for position, attempts in rows}
-
 
 def _hold_document(session: Session, claim: Claim, lease_until: datetime, **fields: int) -> bool:
     """Renew the lease of the claimed version (if it is still the document's, being built): this write also
@@ -241,7 +233,18 @@ def _completed(session: Session, document_id: str, version: int) -> CompletedSpl
     done, total = _range_counts(session, document_id)
     if done < total:
         return None
-    return CompletedSplit(split.text_sha256, dict(split.ingest_report), _timings(session, split), split.chunk_count)
+    report = {**split.ingest_report, "ranges_retried": _retried_ranges(session, document_id)}
+    return CompletedSplit(split.text_sha256, report, _timings(session, split), split.chunk_count)
+
+
+def _retried_ranges(session: Session, document_id: str) -> list[dict[str, Any]]:
+    """The ranges that took more than one attempt (a transient failure, a worker lost), for the operator."""
+    rows = session.execute(
+        select(DocumentRange.first_page, DocumentRange.last_page, DocumentRange.attempts)
+        .where(DocumentRange.document_id == document_id, DocumentRange.attempts > 1)
+        .order_by(DocumentRange.position)
+    )
+    return [{"pages": [first, last], "attempts": attempts} for first, last, attempts in rows]
 
 
 def _timings(session: Session, split: DocumentSplit) -> dict[str, float]:
