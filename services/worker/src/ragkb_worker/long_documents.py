@@ -19,6 +19,7 @@ from dataclasses import asdict
 from typing import Any
 
 from ragkb_core import formats
+from ragkb_core.errors import RagkbError
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.blobs import BlobStore
 from ragkb_store.ledger import Claim, DocumentLedger
@@ -45,6 +46,14 @@ SPLIT_FORMATS = PAGED_FORMATS | {formats.DOCX}
 TEXT_CHARS_PER_PAGE = 3000
 # Sends a range's task: (document id, version, range position).
 SendRange = Callable[[str, int, int], None]
+
+
+class SplitModelChanged(RagkbError):
+    """A re-index switched the KB's model while a long document was built in ranges: ranges embedded by two
+    models cannot go live together. Not retried range by range: the document fails with the reason (a retry
+    builds it whole again with the new model)."""
+
+    title = "Embedding model changed"
 
 
 def page_numbers(media_type: str, chunks: list[Chunk]) -> list[int]:
@@ -162,12 +171,17 @@ class LongDocuments:
         started = time.perf_counter()
         claim = work.claim
         chunks = [_chunk(fields) for fields in work.chunks]
-        bm25, encoder = self._bm25_for(claim.analyzer), self._encoder_for(claim.embedding_model)
+        if claim.embedding_model != work.embedding_model:
+            raise SplitModelChanged(
+                f"the knowledge base switched to embedding model {claim.embedding_model!r} while this document was "
+                f"built in ranges with {work.embedding_model!r}; retry it to build it with the new model"
+            )
+        bm25, encoder = self._bm25_for(claim.analyzer), self._encoder_for(work.embedding_model)
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
         embedded = embed_in_slices(texts, claim.title, encoder, bm25, lambda: self._ranges.renew_range(work))
         if embedded is None or (current := self._ranges.renew_range(work)) is None:
             return IngestOutcome(claim.document_id, "superseded")
-        check_same_model(claim, current)
+        check_same_model(work.claim, current)
         embedded_at = time.perf_counter()
         points = document_points(current, chunks, *embedded, bm25.version, first_ordinal=work.first_ordinal)
         self._retriever.write_document(points)

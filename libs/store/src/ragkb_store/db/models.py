@@ -104,6 +104,8 @@ class DocumentSplit(Base):
         String(32), ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True
     )
     version: Mapped[int] = mapped_column(Integer)
+    # The model whose tokenizer cut the chunks: every range is embedded by it.
+    embedding_model: Mapped[str] = mapped_column(String(200))
     text_sha256: Mapped[str] = mapped_column(String(64))
     ingest_report: Mapped[dict[str, Any]] = mapped_column(default=dict)
     stage_timings: Mapped[dict[str, Any]] = mapped_column(default=dict)

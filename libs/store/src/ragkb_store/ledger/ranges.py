@@ -57,6 +57,8 @@ class RangeWork:
     """A range taken by a worker: the document version's claim and the range's chunks."""
 
     claim: Claim
+    # The model the split was chunked for (the claim's is the KB's now: a re-index may have switched it).
+    embedding_model: str
     position: int
     first_page: int
     last_page: int
@@ -144,8 +146,10 @@ class RangeLedger:
             # The document is held as long as any of its ranges is worked on: its lease follows theirs.
             document.lease_until = now + self._lease
             row = session.get_one(DocumentRange, (document_id, position), populate_existing=True)
+            split = session.get_one(DocumentSplit, document_id)
             return RangeWork(
                 claim=_claim_of(session, document),
+                embedding_model=split.embedding_model,
                 position=position,
                 first_page=row.first_page,
                 last_page=row.last_page,
@@ -284,6 +288,7 @@ def _split_row(claim: Claim, plan: SplitPlan, now: datetime) -> DocumentSplit:
     return DocumentSplit(
         document_id=claim.document_id,
         version=claim.version,
+        embedding_model=claim.embedding_model,
         text_sha256=plan.text_sha256,
         ingest_report=plan.report,
         stage_timings=plan.timings,

@@ -29,6 +29,7 @@ def upgrade() -> None:
             primary_key=True,
         ),
         sa.Column("version", sa.Integer(), nullable=False),
+        sa.Column("embedding_model", sa.String(200), nullable=False),
         sa.Column("text_sha256", sa.String(64), nullable=False),
         sa.Column("ingest_report", sa.JSON(), nullable=False),
         sa.Column("stage_timings", sa.JSON(), nullable=False),
