@@ -4,26 +4,33 @@ task that any free worker process takes.
 The document is parsed and chunked whole, by the worker that claimed it (seconds for a thousand text pages:
 bench/long_document.py), so its chunks are exactly those it would have unsplit: running headers are found over
 all pages, ordinals count through the whole document, and chunk ids stay deterministic. What takes the time —
-embedding, BM25 and the index write — is cut at page boundaries into ranges (ragkb_store.ledger.ranges), each
-embedded and written by whichever process takes it, under a lease of its own. The range that completes the
-split makes the version live, as an unsplit document's worker does; until then the old version keeps serving.
-A range that fails transiently is retried alone; one that fails for good fails the document, as any stage does.
+embedding and BM25 — is cut at page boundaries into ranges (ragkb_store.ledger.ranges), each embedded by
+whichever process takes it, under a lease of its own, its vectors kept in its row. The range that completes the
+split writes the whole version to the index at once and makes it live, as an unsplit document's worker does:
+a version's points are searchable from the moment they are written, so no range writes its own (a new document
+would answer searches half-built, an updated one twice). Until then the old version keeps serving. A range
+that fails transiently is retried alone; one that fails for good fails the document, as any stage does.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+from numpy.typing import NDArray
+
 from ragkb_core import formats
+from ragkb_core.contracts import DocumentPoints, SparseTerms
 from ragkb_core.errors import RagkbError
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_store.blobs import BlobStore
 from ragkb_store.ledger import Claim, DocumentLedger
-from ragkb_store.ledger.ranges import PlannedRange, RangeFinish, RangeLedger, RangeWork, SplitPlan
+from ragkb_store.ledger.ranges import CompletedSplit, PlannedRange, RangeFinish, RangeLedger, RangeWork, SplitPlan
 from ragkb_worker.chunking import Chunk
 from ragkb_worker.pipeline import (
     Bm25EncoderFor,
@@ -150,12 +157,7 @@ class LongDocuments:
         if state.waiting:
             self._send_all(claim, state.waiting)
             return IngestOutcome(claim.document_id, "split")
-        completed = self._ranges.completed(claim)
-        if completed is None:  # the split went meanwhile: the version went live or failed
-            return IngestOutcome(claim.document_id, "superseded")
-        return self._publisher.settle(
-            claim, completed.chunk_count, completed.timings, completed.report, completed.text_sha256
-        )
+        return self._publish(claim)
 
     def _send_all(self, claim: Claim, positions: range | list[int]) -> None:
         for position in positions:
@@ -167,7 +169,7 @@ class LongDocuments:
         return self._ranges.claim_range(document_id, version, position)
 
     def build_range(self, work: RangeWork) -> IngestOutcome:
-        """Embed and write the range's chunks, then mark it built; the last range makes the version live."""
+        """Embed the range's chunks and keep their vectors; the last range writes the version and makes it live."""
         started = time.perf_counter()
         claim = work.claim
         chunks = [_chunk(fields) for fields in work.chunks]
@@ -182,32 +184,54 @@ class LongDocuments:
         if embedded is None or (current := self._ranges.renew_range(work)) is None:
             return IngestOutcome(claim.document_id, "superseded")
         check_same_model(work.claim, current)
-        embedded_at = time.perf_counter()
-        points = document_points(current, chunks, *embedded, bm25.version, first_ordinal=work.first_ordinal)
-        self._retriever.write_document(points)
-        timings = {"embed": round(embedded_at - started, 4), "index": round(time.perf_counter() - embedded_at, 4)}
-        return self._finish(work, current, timings)
-
-    def _finish(self, work: RangeWork, current: Claim, timings: dict[str, float]) -> IngestOutcome:
-        finished = self._ranges.finish_range(work, timings)
-        if finished == RangeFinish.GONE:
-            # Its version failed, was replaced or deleted while this range was written: its points go too.
-            self._publisher.withdraw(current)
-            return IngestOutcome(current.document_id, "superseded")
+        timings = {"embed": round(time.perf_counter() - started, 4)}
+        finished = self._ranges.finish_range(work, timings, encode_vectors(*embedded, bm25.version))
+        if finished == RangeFinish.GONE:  # its version failed, was replaced or deleted meanwhile
+            return IngestOutcome(claim.document_id, "superseded")
         if finished == RangeFinish.WAITING:
-            return IngestOutcome(current.document_id, "range done", len(work.chunks))
-        completed = self._ranges.completed(current)
-        if completed is None:
-            return IngestOutcome(current.document_id, "superseded")
-        return self._publisher.settle(
-            current, completed.chunk_count, completed.timings, completed.report, completed.text_sha256
-        )
+            return IngestOutcome(claim.document_id, "range done", len(work.chunks))
+        return self._publish(current)
+
+    def _publish(self, claim: Claim) -> IngestOutcome:
+        """Write every range's points as one version, then make it live. A transient failure of the write leaves
+        every range built: the document's lease runs out and its next claim publishes it (resume)."""
+        completed = self._ranges.completed(claim)
+        if completed is None:  # the split went meanwhile: the version went live, failed or was replaced
+            return IngestOutcome(claim.document_id, "superseded")
+        started = time.perf_counter()
+        self._retriever.write_document(assembled_points(claim, completed))
+        timings = {**completed.timings, "index": round(time.perf_counter() - started, 4)}
+        return self._publisher.settle(claim, completed.chunk_count, timings, completed.report, completed.text_sha256)
 
     def release_range(self, work: RangeWork, reason: str) -> None:
         self._ranges.release_range(work, reason)
 
     def fail_range(self, work: RangeWork, reason: str) -> None:
-        """A range that failed for good fails its document, with the pages it was on; the points its other
-        ranges wrote go with it (the old version, if any, keeps serving)."""
+        """A range that failed for good fails its document, with the pages it was on; points of the version, if
+        its write went through before the failure, go with it (the old version, if any, keeps serving)."""
         self._ledger.fail(work.claim, f"pages {work.first_page}–{work.last_page}: {reason}")
         self._publisher.withdraw(work.claim)
+
+
+def encode_vectors(dense: NDArray[np.float32], sparse: list[SparseTerms], analyzer_version: str) -> dict[str, Any]:
+    """A range's vectors as its row keeps them: dense as float32 bytes (exact), BM25 terms as they are."""
+    return {
+        "dense": base64.b64encode(np.ascontiguousarray(dense, dtype=np.float32).tobytes()).decode("ascii"),
+        "dimension": int(dense.shape[1]),
+        "sparse": [terms.model_dump() for terms in sparse],
+        "analyzer_version": analyzer_version,
+    }
+
+
+def assembled_points(claim: Claim, completed: CompletedSplit) -> DocumentPoints:
+    """The version's points from every range, in page order, with the whole document's ordinals."""
+    chunks: list[Chunk] = []
+    dense: list[NDArray[np.float32]] = []
+    sparse: list[SparseTerms] = []
+    for built in completed.ranges:
+        chunks.extend(_chunk(fields) for fields in built.chunks)
+        raw = np.frombuffer(base64.b64decode(built.vectors["dense"]), dtype=np.float32)
+        dense.append(raw.reshape(-1, int(built.vectors["dimension"])))
+        sparse.extend(SparseTerms.model_validate(terms) for terms in built.vectors["sparse"])
+    analyzer_version = str(completed.ranges[0].vectors["analyzer_version"])
+    return document_points(claim, chunks, np.concatenate(dense), sparse, analyzer_version)

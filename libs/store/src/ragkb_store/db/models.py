@@ -133,6 +133,9 @@ class DocumentRange(Base):
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     stage_timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A built range's dense and BM25 vectors, kept here until the last range writes the whole version to the
+    # index at once (a version's points are searchable from the moment they are written).
+    vectors: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 

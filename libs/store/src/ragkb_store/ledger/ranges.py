@@ -2,10 +2,11 @@
 
 A worker that claimed a long document parses and chunks it whole, then records a split: one row per page range
 with that range's chunks. Any free worker process takes a range (a compare-and-set with a lease of its own, as a
-document's claim), embeds and writes it, and marks it done; the range that completes the split makes the version
-live (DocumentLedger.finish, which also removes the split). Progress (ranges done of ranges total) is kept on the
-document and on its ingest job. A split outlives its worker: claimed again after its lease ran out, the document
-resumes the split (the ranges not done are sent again) instead of being parsed anew."""
+document's claim), embeds it and marks it done with its vectors; the range that completes the split writes the
+whole version to the index and makes it live (DocumentLedger.finish, which also removes the split). Progress
+(ranges done of ranges total) is kept on the document and on its ingest job. A split outlives its worker:
+claimed again after its lease ran out, the document resumes the split (the ranges not done are sent again)
+instead of being parsed anew."""
 
 from __future__ import annotations
 
@@ -68,13 +69,21 @@ class RangeWork:
 
 
 @dataclass(frozen=True)
+class BuiltRange:
+    first_ordinal: int
+    chunks: list[dict[str, Any]]
+    vectors: dict[str, Any]
+
+
+@dataclass(frozen=True)
 class CompletedSplit:
-    """Every range is built: what making the version live needs."""
+    """Every range is built: what writing the version and making it live need, its ranges in page order."""
 
     text_sha256: str
     report: dict[str, Any]
     timings: dict[str, float]
     chunk_count: int
+    ranges: list[BuiltRange]
 
 
 class RangeFinish(StrEnum):
@@ -176,9 +185,10 @@ class RangeLedger:
             document.lease_until = now + self._lease
             return _claim_of(session, document)
 
-    def finish_range(self, work: RangeWork, timings: dict[str, float]) -> RangeFinish:
-        """The range is built (its points are written). COMPLETE for exactly one caller: the one whose range was
-        the last; the document row is locked first, so that two last ranges finishing at once count in turn."""
+    def finish_range(self, work: RangeWork, timings: dict[str, float], vectors: dict[str, Any]) -> RangeFinish:
+        """The range is built: its `vectors` are kept for the version's write. COMPLETE for exactly one caller,
+        the one whose range was the last; the document row is locked first, so that two last ranges finishing at
+        once count in turn."""
         now = utcnow()
         with transaction(self._sessions) as session:
             if not _hold_document(session, work.claim, now + self._lease) or not _split_exists(session, work):
@@ -186,7 +196,7 @@ class RangeLedger:
             finished = session.execute(
                 update(DocumentRange)
                 .where(_range_of(work), DocumentRange.status != RangeStatus.DONE)
-                .values(status=RangeStatus.DONE, lease_until=None, error=None, stage_timings=timings)
+                .values(status=RangeStatus.DONE, lease_until=None, error=None, stage_timings=timings, vectors=vectors)
             ).rowcount  # type: ignore[attr-defined]
             done, total = _range_counts(session, work.claim.document_id)
             session.execute(update(Document).where(Document.id == work.claim.document_id).values(ranges_done=done))
@@ -238,7 +248,11 @@ def _completed(session: Session, document_id: str, version: int) -> CompletedSpl
     if done < total:
         return None
     report = {**split.ingest_report, "ranges_retried": _retried_ranges(session, document_id)}
-    return CompletedSplit(split.text_sha256, report, _timings(session, split), split.chunk_count)
+    rows = session.scalars(
+        select(DocumentRange).where(DocumentRange.document_id == document_id).order_by(DocumentRange.position)
+    )
+    built = [BuiltRange(row.first_ordinal, list(row.chunks), dict(row.vectors or {})) for row in rows]
+    return CompletedSplit(split.text_sha256, report, _timings(session, split), split.chunk_count, built)
 
 
 def _retried_ranges(session: Session, document_id: str) -> list[dict[str, Any]]:

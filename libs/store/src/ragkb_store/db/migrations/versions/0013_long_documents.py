@@ -54,6 +54,7 @@ def upgrade() -> None:
         sa.Column("attempts", sa.Integer(), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("stage_timings", sa.JSON(), nullable=False),
+        sa.Column("vectors", sa.JSON(), nullable=True),
         sa.Column("lease_until", sa.DateTime(timezone=True), nullable=True),
     )
 
