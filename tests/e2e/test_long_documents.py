@@ -2,8 +2,9 @@
 threshold (6 pages, 3 pages a range) and a real HTTP proxy between the services and the retriever
 (tests/support/retriever_proxy.py), which records each document write and can refuse one. A long PDF reaches
 `done` with exactly the chunks the unsplit pipeline cuts, its progress counting ranges; the same file again is
-`unchanged`; a range whose write fails is retried alone; a worker killed with SIGKILL mid-range loses nothing
-and duplicates no chunk."""
+`unchanged`; task processes killed mid-range cost only the ranges they held, built again, and the refused
+write of the version is retried without building any range again; the whole worker killed with SIGKILL
+mid-range loses nothing and duplicates no chunk."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -72,6 +74,11 @@ class LongStack:
         assert document["status"] == "done", f"{document}\nlog:\n{self.stack.log_tail()}"
         return document
 
+    def task_processes(self) -> list[int]:
+        """The worker's task processes: the children of its main process."""
+        workers = service_pids(str(self.stack.workdir), "ragkb_worker")
+        return [pid for pid in workers if parent_of(pid) in workers]
+
     def chunks(self, kb_id: str, document: dict[str, Any]) -> list[tuple[Any, ...]]:
         points = self.retriever.export_document(kb_id, document["id"], document["version"])
         return sorted(
@@ -112,6 +119,11 @@ def long_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LongStack]:
 def unsplit_chunking() -> Chunker:
     """The chunker an unsplit document goes through (the default model's tokenizer, the KB's defaults)."""
     return Chunker(EmbedderPool(EmbeddingSettings()).get(), KbChunking())
+
+
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def manual_pdf(pages: int, edition: str = "") -> bytes:
@@ -171,33 +183,52 @@ def test_a_long_pdf_is_built_in_ranges_with_its_unsplit_chunks_and_again_is_unch
     assert again["unchanged"] is True and again["version"] == document["version"]
 
 
-def test_a_failed_range_is_retried_alone(long_stack: LongStack) -> None:
+def test_a_failed_range_is_built_again_alone_and_nothing_is_lost_or_twice(
+    long_stack: LongStack, unsplit_chunking: Chunker
+) -> None:
+    kb_id, data = long_stack.create_kb("long-pdf-task-killed"), manual_pdf(60, edition="tasks killed")
+    accepted = long_stack.upload(kb_id, data)
+    wait_for_ranges(long_stack, kb_id, accepted["id"], at_least=2)
+    # The task processes, not their parent: each dies mid-range (at most one range each), as an OOM kill does.
+    task_processes = long_stack.task_processes()
+    assert len(task_processes) == 2
+    for pid in task_processes:
+        kill_quietly(pid)
+
+    document = long_stack.wait_done(kb_id, accepted["id"], timeout_s=420)
+    retried = document["ingest_report"]["ranges_retried"]
+    assert 1 <= len(retried) <= 2 and all(entry["attempts"] == 2 for entry in retried), retried
+    expected = expected_chunks(unsplit_chunking, data)
+    assert long_stack.chunks(kb_id, document) == expected
+    assert long_stack.retriever.count_points(kb_id, document["id"]) == len(expected) == document["chunk_count"]
+
+
+def test_a_refused_write_of_the_version_is_retried_without_building_any_range_again(long_stack: LongStack) -> None:
     kb_id = long_stack.create_kb("long-pdf-flaky")
-    long_stack.proxy.refuse_once(page=7)  # the third range's write: pages 7-9
+    long_stack.proxy.refuse_once(page=1)  # the version's one write: every range's points at once
     accepted = long_stack.upload(kb_id, manual_pdf(18, edition="flaky"))
     document = long_stack.wait_done(kb_id, accepted["id"])
 
     writes = long_stack.proxy.writes_of(document["id"])
-    by_page: dict[int, list[int]] = {}
-    for write in writes:
-        by_page.setdefault(write.first_page or 0, []).append(write.status)
-    assert by_page.pop(7) == [503, 200]
-    assert sorted(by_page) == [1, 4, 10, 13, 16] and all(statuses == [200] for statuses in by_page.values())
-    assert document["ingest_report"]["ranges_retried"] == [{"pages": [7, 9], "attempts": 2}]
+    assert [(write.status, write.chunks) for write in writes] == [
+        (503, document["chunk_count"]),
+        (200, document["chunk_count"]),
+    ]
+    assert document["ingest_report"]["ranges_retried"] == []
+    assert document["ranges"] == {"done": ranges_of(18), "total": ranges_of(18)}
     assert document["chunk_count"] == long_stack.retriever.count_points(kb_id, document["id"])
 
 
-def test_a_worker_killed_mid_range_loses_nothing_and_duplicates_no_chunk(
+def test_the_worker_killed_mid_range_loses_nothing_and_duplicates_no_chunk(
     long_stack: LongStack, unsplit_chunking: Chunker
 ) -> None:
     kb_id, data = long_stack.create_kb("long-pdf-killed"), manual_pdf(60, edition="killed")
     accepted = long_stack.upload(kb_id, data)
-    deadline = time.monotonic() + 180
-    while (long_stack.document(kb_id, accepted["id"])["ranges"] or {}).get("done", 0) < 2:
-        assert time.monotonic() < deadline, long_stack.stack.log_tail()
-        time.sleep(0.1)
-    for pid in service_pids(str(long_stack.stack.workdir), "ragkb_worker"):
-        signal_quietly(pid)
+    wait_for_ranges(long_stack, kb_id, accepted["id"], at_least=2)
+    for pid in service_pids(
+        str(long_stack.stack.workdir), "ragkb_worker"
+    ):  # the whole worker: the launcher restarts it
+        kill_quietly(pid)
 
     document = long_stack.wait_done(kb_id, accepted["id"], timeout_s=420)
     expected = expected_chunks(unsplit_chunking, data)
@@ -206,6 +237,13 @@ def test_a_worker_killed_mid_range_loses_nothing_and_duplicates_no_chunk(
     assert long_stack.retriever.count_points(kb_id, document["id"]) == len(expected) == document["chunk_count"]
 
 
-def signal_quietly(pid: int) -> None:
+def wait_for_ranges(long_stack: LongStack, kb_id: str, document_id: str, at_least: int) -> None:
+    deadline = time.monotonic() + 180
+    while (long_stack.document(kb_id, document_id)["ranges"] or {}).get("done", 0) < at_least:
+        assert time.monotonic() < deadline, long_stack.stack.log_tail()
+        time.sleep(0.1)
+
+
+def kill_quietly(pid: int) -> None:
     with contextlib.suppress(ProcessLookupError):  # one of the task processes went with its parent
         os.kill(pid, signal.SIGKILL)

@@ -192,9 +192,16 @@ class LongDocuments:
             return IngestOutcome(claim.document_id, "range done", len(work.chunks))
         return self._publish(current)
 
+    def claim_completed(self, document_id: str, version: int) -> Claim | None:
+        return self._ranges.claim_completed(document_id, version)
+
+    def publish(self, claim: Claim) -> IngestOutcome:
+        return self._publish(claim)
+
     def _publish(self, claim: Claim) -> IngestOutcome:
         """Write every range's points as one version, then make it live. A transient failure of the write leaves
-        every range built: the document's lease runs out and its next claim publishes it (resume)."""
+        every range built: the task's retry writes it again (ragkb_worker.tasks.run_range), and should that be
+        lost too, the document's next claim does (resume)."""
         completed = self._ranges.completed(claim)
         if completed is None:  # the split went meanwhile: the version went live, failed or was replaced
             return IngestOutcome(claim.document_id, "superseded")
@@ -206,11 +213,11 @@ class LongDocuments:
     def release_range(self, work: RangeWork, reason: str) -> None:
         self._ranges.release_range(work, reason)
 
-    def fail_range(self, work: RangeWork, reason: str) -> None:
-        """A range that failed for good fails its document, with the pages it was on; points of the version, if
+    def fail(self, claim: Claim, reason: str) -> None:
+        """A range (or the version's write) that failed for good fails the document; points of the version, if
         its write went through before the failure, go with it (the old version, if any, keeps serving)."""
-        self._ledger.fail(work.claim, f"pages {work.first_page}–{work.last_page}: {reason}")
-        self._publisher.withdraw(work.claim)
+        self._ledger.fail(claim, reason)
+        self._publisher.withdraw(claim)
 
 
 def encode_vectors(dense: NDArray[np.float32], sparse: list[SparseTerms], analyzer_version: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from celery import Celery, Task
 
 from ragkb_core import request_context
 from ragkb_core.errors import RagkbError
-from ragkb_store.ledger import DocumentLedger
+from ragkb_store.ledger import Claim, DocumentLedger
 from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, INGEST_RANGE, REINDEX_DOCUMENT
 from ragkb_telemetry import metrics
 from ragkb_telemetry.metrics import observe_stage_seconds
@@ -125,7 +125,12 @@ def run_range(
     retries this range alone; anything else fails the document with the range's pages in the reason."""
     work = long_documents.claim_range(document_id, version, position)
     if work is None:
-        return {"document_id": document_id, "range": position, "status": "skipped"}
+        # Built already; but a retry of the range that completed the split, whose write of the version failed,
+        # writes it again.
+        claim = long_documents.claim_completed(document_id, version) if task.request.retries else None
+        if claim is None:
+            return {"document_id": document_id, "range": position, "status": "skipped"}
+        return run_publish(task, long_documents, claim, max_retries=max_retries)
     claim = work.claim
 
     def built() -> dict[str, Any]:
@@ -139,7 +144,7 @@ def run_range(
         return {"document_id": document_id, "range": position, "status": outcome.status}
 
     def failed(reason: str) -> dict[str, Any]:
-        long_documents.fail_range(work, reason)
+        long_documents.fail(claim, f"pages {work.first_page}–{work.last_page}: {reason}")
         metrics.documents_failed.labels(kb_id=claim.kb_id).inc()
         _log.warning("document %s v%d failed in range %d: %s", document_id, version, position, reason)
         return {"document_id": document_id, "range": position, "status": "failed", "error": reason}
@@ -152,6 +157,26 @@ def run_range(
             max_retries=max_retries,
             on_failure=failed,
             on_retry=lambda reason: long_documents.release_range(work, reason),
+        )
+
+
+def run_publish(task: Task, long_documents: LongDocuments, claim: Claim, *, max_retries: int) -> dict[str, Any]:
+    """Write a split version whose every range is built, and make it live."""
+
+    def published() -> dict[str, Any]:
+        outcome = long_documents.publish(claim)
+        if outcome.status == "done":
+            record_ingested(claim.kb_id, outcome)
+        return {"document_id": claim.document_id, "status": outcome.status}
+
+    def failed(reason: str) -> dict[str, Any]:
+        long_documents.fail(claim, reason)
+        metrics.documents_failed.labels(kb_id=claim.kb_id).inc()
+        return {"document_id": claim.document_id, "status": "failed", "error": reason}
+
+    with request_context.bound(kb=claim.kb_id, document=claim.document_id):
+        return run_with_policy(
+            task, published, doing="writing the document", max_retries=max_retries, on_failure=failed
         )
 
 

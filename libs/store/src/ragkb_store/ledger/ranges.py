@@ -129,6 +129,16 @@ class RangeLedger:
         with self._sessions() as session:
             return _completed(session, claim.document_id, claim.version)
 
+    def claim_completed(self, document_id: str, version: int) -> Claim | None:
+        """The version's claim, its lease renewed, when every range is built but the version is not live yet (the
+        write of the whole version failed and is tried again); None otherwise."""
+        with transaction(self._sessions) as session:
+            document = _building(session, document_id, version)
+            if document is None or _completed_counts(session, document_id) is None:
+                return None
+            document.lease_until = utcnow() + self._lease
+            return _claim_of(session, document)
+
     def claim_range(self, document_id: str, version: int, position: int) -> RangeWork | None:
         """Take a range: None when it is built, held by a live worker, or its version is no longer being built
         (superseded, failed, deleted, its KB being deleted)."""
@@ -253,6 +263,11 @@ def _completed(session: Session, document_id: str, version: int) -> CompletedSpl
     )
     built = [BuiltRange(row.first_ordinal, list(row.chunks), dict(row.vectors or {})) for row in rows]
     return CompletedSplit(split.text_sha256, report, _timings(session, split), split.chunk_count, built)
+
+
+def _completed_counts(session: Session, document_id: str) -> tuple[int, int] | None:
+    done, total = _range_counts(session, document_id)
+    return (done, total) if total and done == total else None
 
 
 def _retried_ranges(session: Session, document_id: str) -> list[dict[str, Any]]:
