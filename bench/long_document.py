@@ -4,15 +4,15 @@ the chunks and search quality of the same file built unsplit.
 A text PDF of --pages pages is generated with reportlab (page N holds SciFact document N: its title, then its
 abstract cut to --page-chars characters, and a page number at the foot). Each configuration runs on a private
 stack of its own (bench/fair_queueing.py does the same): a few short documents first, so that every task
-process has loaded its model, then one upload of the PDF, timed from the POST until the
-document is `done`, its progress (ranges built) polled meanwhile and the memory of every process of the stack
-sampled (bench/processes.py). The configurations alternate (1, 2, 2, 1 … processes) so that a change in the
-machine's load falls on both; `--unsplit` adds one run with the split off (what ragkb did before). After each
-run the document's points are read back from the retriever and compared across runs: ordinal, text, page,
-heading path, offsets and BM25 terms must be equal (a chunk's id is uuid5 of the KB, source_id, version and
-ordinal: equal ordinals under the same source_id and version give the same ids), dense vectors within a float
-tolerance. Search quality: every SciFact training claim whose judged document is one of the PDF's pages is
-searched in the document's KB; recall@10 counts the claims whose page is among the hits' pages.
+process has loaded its model, then one upload of the PDF, timed from the POST until the document is `done`,
+its progress (ranges built) polled meanwhile and the memory of every process of the stack sampled
+(bench/processes.py). The configurations alternate, each round in another order, so that a change in the
+machine's load falls on all of them; `--unsplit` adds a run with the split off (what ragkb did before) to each
+round. After each run the document's points are read back from the retriever and compared across runs:
+ordinal, text, page, heading path, offsets and BM25 terms must be equal (a chunk's id is uuid5 of the KB,
+source_id, version and ordinal: equal ordinals under the same source_id and version give the same ids), dense
+vectors within a float tolerance. Search quality: every SciFact training claim whose judged document is one of
+the PDF's pages is searched in the document's KB; recall@10 counts the claims whose page is among the hits'.
 
     python bench/long_document.py [--pages 1000] [--rounds 2] [--unsplit] [--threads 1]
 
@@ -239,14 +239,16 @@ def main() -> None:
         print(f"{args.pages}-page PDF: {pdf.stat().st_size / 1e6:.1f} MB", flush=True)
         questions = questions_on_pages(args.data, args.pages)
         base = {"RAGKB_EMBEDDING__THREADS": str(args.threads)}
+        configurations = [("split, 1 process", 1, {}), ("split, 2 processes", 2, {})]
+        if args.unsplit:
+            configurations.append(("unsplit, 1 process", 1, {"RAGKB_LONG_DOCUMENTS__ENABLED": "false"}))
         plan = []
         for round_number in range(0 if args.only else args.rounds):
-            order = (1, 2) if round_number % 2 == 0 else (2, 1)
-            plan += [(f"split, {n} process{'es' if n > 1 else ''}", n, {}) for n in order]
+            # Each round in another order, so that no configuration always runs first (or last) in a round.
+            shift = round_number % len(configurations)
+            plan += configurations[shift:] + configurations[:shift]
         if args.only:
             plan.append((f"split, {args.only} process{'es' if args.only > 1 else ''}", args.only, {}))
-        if args.unsplit:
-            plan.append(("unsplit, 1 process", 1, {"RAGKB_LONG_DOCUMENTS__ENABLED": "false"}))
         runs = []
         for label, processes, extra in plan:
             overrides = base | extra | {"RAGKB_TASKS__CONCURRENCY": str(processes)}
@@ -256,8 +258,12 @@ def main() -> None:
     two = [run["seconds"] for run in split if run["processes"] == 2]
     summary: dict[str, Any] = {
         "ratio_2_to_1": round(statistics.median(two) / statistics.median(one), 3) if one and two else None,
-        # Each round's two runs were back to back: their ratio sees the least change of the machine's load.
+        # Each round's runs were close together: their ratio sees the least change of the machine's load.
         "ratio_2_to_1_per_round": [round(b / a, 3) for a, b in zip(one, two, strict=False)],
+        "ratio_unsplit_to_split_1_per_round": [
+            round(u["seconds"] / a, 3)
+            for a, u in zip(one, [r for r in runs if r["label"].startswith("unsplit")], strict=False)
+        ],
         "split_runs_identical": [compare(split[0]["_points"], run["_points"]) for run in split[1:]],
         "questions": len(questions),
         "threads_per_process": args.threads,
