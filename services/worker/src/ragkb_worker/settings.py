@@ -53,8 +53,9 @@ class LongDocumentSettings(BaseModel):
     # A PDF, DOCX or PPTX of more pages than this is built in ranges on every free worker process; shorter ones
     # are built by one task, whose share of coordination (a database row per range) would only slow them.
     split_above_pages: int = Field(default=40, ge=1)
-    # Pages per range: about 20 s of embedding on one core for text pages, so a range is retried cheaply and the
-    # document's progress moves often, while the per-range work (a claim, a write) stays small beside it.
+    # Pages per range: 2–3 s of embedding on one core for text pages (bench/long_document.py), so a range is
+    # retried cheaply and the document's progress moves often, while a range's own work (its claim and finish,
+    # ~30 ms) stays small beside it.
     pages_per_range: int = Field(default=20, ge=1)
     enabled: bool = True
 
