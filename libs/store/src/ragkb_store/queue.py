@@ -17,6 +17,8 @@ from ragkb_store.ledger import DocumentLedger
 from ragkb_store.states import Lane
 
 INGEST_DOCUMENT = "ragkb.ingest_document"
+# One page range of a long document split across worker processes (ragkb_store.ledger.ranges).
+INGEST_RANGE = "ragkb.ingest_range"
 # A re-index: every document into the new generation, then the check and the switch.
 REINDEX_DOCUMENT = "ragkb.reindex_document"
 FINISH_REINDEX = "ragkb.finish_reindex"
@@ -29,7 +31,7 @@ BULK_QUEUE = "ingest-bulk"
 QUEUE_OF_LANE = {Lane.INTERACTIVE: INGEST_QUEUE, Lane.BULK: BULK_QUEUE}
 # The order the worker consumes them in (queue_order_strategy "priority"): interactive first.
 WORKER_QUEUES = (INGEST_QUEUE, BULK_QUEUE)
-TASK_NAMES = (INGEST_DOCUMENT, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB, TUNE_KB)
+TASK_NAMES = (INGEST_DOCUMENT, INGEST_RANGE, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB, TUNE_KB)
 # Kombu keeps one Redis list per priority step (0 is taken first): `ingest-bulk`, `ingest-bulk\x06\x163`, ...
 PRIORITY_STEPS = (0, 3, 6, 9)
 PRIORITY_KEY_SEPARATOR = "\x06\x16"
@@ -87,6 +89,12 @@ def enqueue_ingest(app: Celery, document_id: str, lane: Lane = Lane.INTERACTIVE,
     app.send_task(INGEST_DOCUMENT, args=[document_id], queue=QUEUE_OF_LANE[lane], priority=priority)
 
 
+def enqueue_ingest_range(
+    app: Celery, document_id: str, version: int, position: int, *, lane: Lane, priority: int
+) -> None:
+    app.send_task(INGEST_RANGE, args=[document_id, version, position], queue=QUEUE_OF_LANE[lane], priority=priority)
+
+
 def enqueue_reindex_document(app: Celery, job_id: str, document_id: str, priority: int = 0) -> None:
     """A re-index rebuilds a whole KB: bulk work."""
     app.send_task(REINDEX_DOCUMENT, args=[job_id, document_id], queue=BULK_QUEUE, priority=priority)
@@ -123,3 +131,10 @@ class IngestQueue:
             return
         priority = bulk_priority(self._ledger.bulk_backlog(kb_id))
         enqueue_ingest(self._app, document_id, Lane.BULK, priority)
+
+    def send_range(self, document_id: str, version: int, position: int) -> None:
+        """A long document's range is a share of one big document: bulk work, so that its tens of ranges do
+        not stand before other KBs' single uploads; at the bulk lane's first priority step, so that they go
+        ahead of the tail of large imports (the document itself was taken on its own lane)."""
+        lane = Lane.BULK if self._fair else Lane.INTERACTIVE
+        enqueue_ingest_range(self._app, document_id, version, position, lane=lane, priority=0)

@@ -13,6 +13,14 @@ class DocumentStatus(StrEnum):
     FAILED = "failed"
 
 
+class RangeStatus(StrEnum):
+    """A split document's page range (ragkb_store.ledger.ranges): waiting, being built under a lease, built."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+
+
 class Lane(StrEnum):
     """Which queue a document's ingestion waits in: `interactive` (a single upload, a small batch) is taken
     before `bulk` (a large batch, a sync's uploads, a bulk retry, a re-index), so that one KB's import does

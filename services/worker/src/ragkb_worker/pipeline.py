@@ -84,6 +84,7 @@ class IngestPipeline:
         bm25_for: Bm25EncoderFor,
         retriever: RetrieverClient,
         limits: LimitSettings,
+        splitter: Splitter | None = None,
     ) -> None:
         self._ledger = ledger
         self._blobs = blobs
@@ -91,12 +92,19 @@ class IngestPipeline:
         self._bm25_for = bm25_for
         self._retriever = retriever
         self._limits = limits
+        self._splitter = splitter
+        self.publisher = VersionPublisher(ledger, blobs, retriever)
 
     def run(self, claim: Claim) -> IngestOutcome:
+        # A long document whose earlier worker split it and then lost its lease goes on from its ranges.
+        if self._splitter is not None and (resumed := self._splitter.resume(claim)) is not None:
+            return resumed
         clock = StageClock()
         superseded = IngestOutcome(claim.document_id, "superseded")
         # OCR can outlast the lease: each OCRed page renews the claim (a newer version is noticed after parsing).
         chunks, report, text = self._prepare(claim, clock, heartbeat=partial(self._ledger.renew, claim))
+        if self._splitter is not None and (split := self._splitter.split(claim, chunks, report, text, clock)):
+            return split
         # The analyzer and model of the claim, not of a renewal: one document's chunks all carry one analyzer
         # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
@@ -106,19 +114,16 @@ class IngestPipeline:
             return superseded
         with clock.stage("embed"):
             embed_texts = [embedding_text(current.title, chunk) for chunk in chunks]
-            embedded = self._embed(current, embed_texts, encoder, bm25)
+            embedded = embed_in_slices(embed_texts, current.title, encoder, bm25, partial(self._ledger.renew, current))
         if embedded is None or (current := self._ledger.renew(current)) is None:
             return superseded
-        if current.embedding_model != claim.embedding_model:
-            raise EmbeddingModelChanged(
-                f"the knowledge base switched to embedding model {current.embedding_model!r} while this document "
-                f"was embedded with {claim.embedding_model!r}; it is built again with the new model"
-            )
+        check_same_model(claim, current)
         dense, sparse = embedded
         with clock.stage("index"):
-            points = _document_points(current, chunks, dense, sparse, bm25.version)
+            points = document_points(current, chunks, dense, sparse, bm25.version)
             self._retriever.write_document(points)
-        return self._settle(current, len(chunks), clock, report, text)
+        text_sha = self._blobs.put(text.encode("utf-8"))
+        return self.publisher.settle(current, len(chunks), clock.seconds, report, text_sha)
 
     def build_into(self, claim: Claim, generation: int) -> int:
         """Build the claim's version, with the claim's settings, into an index generation that does not serve
@@ -129,28 +134,13 @@ class IngestPipeline:
         encoder = self._encoder_for(claim.embedding_model)
         slices = [encoder.embed_passages(texts[i : i + EMBED_SLICE]) for i in range(0, len(texts), EMBED_SLICE)]
         sparse = [bm25.encode_document(text, claim.title) for text in texts]
-        points = _document_points(claim, chunks, np.concatenate(slices), sparse, bm25.version)
+        points = document_points(claim, chunks, np.concatenate(slices), sparse, bm25.version)
         self._retriever.write_document(points, generation=generation)
         # Another version built earlier into this generation (the document changed meanwhile) goes.
         self._retriever.delete_document(
             claim.kb_id, claim.document_id, keep_version=claim.version, generation=generation
         )
         return len(chunks)
-
-    def _embed(
-        self, claim: Claim, texts: list[str], encoder: PassageEncoder, bm25: Bm25Encoder
-    ) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
-        """Dense and BM25 vectors, a slice at a time with the lease renewed in between, so that a large
-        document keeps its claim (and a superseded one stops early). None when superseded."""
-        dense_parts: list[NDArray[np.float32]] = []
-        sparse: list[SparseTerms] = []
-        for start in range(0, len(texts), EMBED_SLICE):
-            if start and self._ledger.renew(claim) is None:
-                return None
-            piece = texts[start : start + EMBED_SLICE]
-            dense_parts.append(encoder.embed_passages(piece))
-            sparse.extend(bm25.encode_document(text, claim.title) for text in piece)
-        return np.concatenate(dense_parts), sparse
 
     def _prepare(
         self, claim: Claim, clock: StageClock, heartbeat: Callable[[], object] | None = None
@@ -176,26 +166,81 @@ class IngestPipeline:
         }
         return chunks, report, parsed.text
 
-    def _settle(
-        self, claim: Claim, chunk_count: int, clock: StageClock, report: dict[str, object], text: str
+
+class VersionPublisher:
+    """Makes a built version live, or withdraws its points when it may not be."""
+
+    def __init__(self, ledger: DocumentLedger, blobs: BlobStore, retriever: RetrieverClient) -> None:
+        self._ledger = ledger
+        self._blobs = blobs
+        self._retriever = retriever
+
+    def settle(
+        self, claim: Claim, chunk_count: int, timings: dict[str, float], report: dict[str, object], text_sha: str
     ) -> IngestOutcome:
         """Make this version live, or withdraw its points if a newer version arrived while it was built.
-        The extracted text is kept for the agent tools (read_file, grep_files) with the live version."""
-        text_sha = self._blobs.put(text.encode("utf-8"))
+        The extracted text (stored as `text_sha`) is kept for the agent tools (read_file, grep_files) with the
+        live version."""
         replaced_text = self._ledger.text_sha256_of(claim.document_id)
-        if self._ledger.finish(claim, chunk_count, clock.seconds, report, text_sha):
+        if self._ledger.finish(claim, chunk_count, timings, report, text_sha):
             self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
-            self._delete_unreferenced({replaced_text} - {None, text_sha})
-            return IngestOutcome(claim.document_id, "done", chunk_count, clock.seconds)
-        self._delete_unreferenced({text_sha})
+            self.delete_unreferenced({replaced_text} - {None, text_sha})
+            return IngestOutcome(claim.document_id, "done", chunk_count, timings)
+        self.delete_unreferenced({text_sha})
         self._retriever.delete_document(claim.kb_id, claim.document_id, only_version=claim.version)
         if not self._ledger.exists(claim.document_id):
             self._retriever.delete_document(claim.kb_id, claim.document_id)
         return IngestOutcome(claim.document_id, "superseded")
 
-    def _delete_unreferenced(self, shas: set[str | None]) -> None:
+    def withdraw(self, claim: Claim) -> None:
+        """Remove the points of a version that will not go live (it failed, or another replaced it) — unless
+        it is the live one (a rebuild of the live version that lost the race to a copy of itself)."""
+        if not self._ledger.exists(claim.document_id):
+            self._retriever.delete_document(claim.kb_id, claim.document_id)
+        elif self._ledger.indexed_version_of(claim.document_id) != claim.version:
+            self._retriever.delete_document(claim.kb_id, claim.document_id, only_version=claim.version)
+
+    def delete_unreferenced(self, shas: set[str | None]) -> None:
         for sha in self._ledger.unreferenced_blobs({sha for sha in shas if sha}):
             self._blobs.delete(sha)
+
+
+class Splitter(Protocol):
+    """Builds a long document in ranges on every free worker process (ragkb_worker.long_documents)."""
+
+    def split(
+        self, claim: Claim, chunks: list[Chunk], report: dict[str, object], text: str, clock: StageClock
+    ) -> IngestOutcome | None:
+        """Hand the chunked document to its ranges, or None when it is not long enough to split."""
+        ...
+
+    def resume(self, claim: Claim) -> IngestOutcome | None:
+        """Go on with the claimed version's split, if it has one."""
+        ...
+
+
+def check_same_model(claim: Claim, current: Claim) -> None:
+    if current.embedding_model != claim.embedding_model:
+        raise EmbeddingModelChanged(
+            f"the knowledge base switched to embedding model {current.embedding_model!r} while this document "
+            f"was embedded with {claim.embedding_model!r}; it is built again with the new model"
+        )
+
+
+def embed_in_slices(
+    texts: list[str], title: str, encoder: PassageEncoder, bm25: Bm25Encoder, renew: Callable[[], object | None]
+) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
+    """Dense and BM25 vectors, a slice at a time with the lease renewed in between (`renew`), so that a large
+    document keeps its claim (and a superseded one stops early). None when superseded."""
+    dense_parts: list[NDArray[np.float32]] = []
+    sparse: list[SparseTerms] = []
+    for start in range(0, len(texts), EMBED_SLICE):
+        if start and renew() is None:
+            return None
+        piece = texts[start : start + EMBED_SLICE]
+        dense_parts.append(encoder.embed_passages(piece))
+        sparse.extend(bm25.encode_document(text, title) for text in piece)
+    return np.concatenate(dense_parts), sparse
 
 
 def embedding_text(title: str, chunk: Chunk) -> str:
@@ -204,9 +249,17 @@ def embedding_text(title: str, chunk: Chunk) -> str:
     return f"{context}\n{chunk.text}"
 
 
-def _document_points(
-    claim: Claim, chunks: list[Chunk], dense: NDArray[np.float32], sparse: list[SparseTerms], analyzer_version: str
+def document_points(
+    claim: Claim,
+    chunks: list[Chunk],
+    dense: NDArray[np.float32],
+    sparse: list[SparseTerms],
+    analyzer_version: str,
+    *,
+    first_ordinal: int = 0,
 ) -> DocumentPoints:
+    """The points of `chunks`, the first at ordinal `first_ordinal` (a range of a long document: its ordinals are
+    the whole document's, so that each chunk's id is the one it would have unsplit)."""
     return DocumentPoints(
         kb_id=claim.kb_id,
         document_id=claim.document_id,
@@ -228,6 +281,6 @@ def _document_points(
                 char_start=chunk.char_start,
                 char_end=chunk.char_end,
             )
-            for ordinal, (chunk, vector, terms) in enumerate(zip(chunks, dense, sparse, strict=True))
+            for ordinal, (chunk, vector, terms) in enumerate(zip(chunks, dense, sparse, strict=True), first_ordinal)
         ],
     )

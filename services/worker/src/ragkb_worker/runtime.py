@@ -16,8 +16,10 @@ from ragkb_models import EmbedderPool
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import build_engine, build_session_factory
 from ragkb_store.ledger import DocumentLedger
+from ragkb_store.ledger.ranges import RangeLedger
 from ragkb_telemetry.metrics import timed_model_load
 from ragkb_worker.kb_deletion import KbDeleter
+from ragkb_worker.long_documents import LongDocuments, SendRange
 from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.quality_gate import QualityGate
 from ragkb_worker.reindexing import Reindexer
@@ -33,9 +35,12 @@ class WorkerRuntime:
     reindexer: Reindexer
     kb_deleter: KbDeleter
     tuner: Tuner
+    long_documents: LongDocuments
 
 
-def build_runtime(settings: WorkerSettings, enqueue_finish_reindex: Callable[[str], None]) -> WorkerRuntime:
+def build_runtime(
+    settings: WorkerSettings, enqueue_finish_reindex: Callable[[str], None], send_range: SendRange
+) -> WorkerRuntime:
     sessions = build_session_factory(build_engine(settings.database))
     retriever = RetrieverClient(settings.retriever, settings.service_token)
     blobs = BlobStore(settings.blobs.root)
@@ -43,13 +48,25 @@ def build_runtime(settings: WorkerSettings, enqueue_finish_reindex: Callable[[st
     with timed_model_load("embedder", settings.embedding.model):
         embedders.get()  # the default model now; another allowed one on the first document that needs it
     ledger = DocumentLedger(sessions, settings.tasks.lease_s)
+    bm25_for = functools.partial(bm25_encoder_for, settings=settings.analyzer)
+    long_documents = LongDocuments(
+        ledger=ledger,
+        ranges=RangeLedger(sessions, settings.tasks.lease_s),
+        blobs=blobs,
+        encoder_for=embedders.get,
+        bm25_for=bm25_for,
+        retriever=retriever,
+        settings=settings.long_documents,
+        send_range=send_range,
+    )
     pipeline = IngestPipeline(
         ledger=ledger,
         blobs=blobs,
         encoder_for=embedders.get,
-        bm25_for=functools.partial(bm25_encoder_for, settings=settings.analyzer),
+        bm25_for=bm25_for,
         retriever=retriever,
         limits=settings.limits,
+        splitter=long_documents,
     )
     return WorkerRuntime(
         sessions=sessions,
@@ -58,4 +75,5 @@ def build_runtime(settings: WorkerSettings, enqueue_finish_reindex: Callable[[st
         reindexer=Reindexer(sessions, pipeline, retriever, QualityGate(sessions, retriever), enqueue_finish_reindex),
         kb_deleter=KbDeleter(sessions, retriever, blobs),
         tuner=Tuner(sessions, retriever),
+        long_documents=long_documents,
     )

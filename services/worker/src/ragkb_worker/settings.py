@@ -47,6 +47,19 @@ class TaskSettings(BaseModel):
     nice: int = Field(default=10, ge=0, le=19)
 
 
+class LongDocumentSettings(BaseModel):
+    """Long documents in parallel (ragkb_worker.long_documents)."""
+
+    # A PDF, DOCX or PPTX of more pages than this is built in ranges on every free worker process; shorter ones
+    # are built by one task, whose share of coordination (a database row per range) would only slow them.
+    split_above_pages: int = Field(default=40, ge=1)
+    # Pages per range: 2–3 s of embedding on one core for text pages (bench/long_document.py), so a range is
+    # retried cheaply and the document's progress moves often, while a range's own work (its claim and finish,
+    # ~30 ms) stays small beside it.
+    pages_per_range: int = Field(default=20, ge=1)
+    enabled: bool = True
+
+
 class WorkerServerSettings(HttpServerSettings):
     # Defaults of the class, not of a factory: setting RAGKB_WORKER__HOST alone must not move the port.
     port: int = 8002
@@ -71,6 +84,8 @@ class WorkerSettings(BaseSettings):
     analyzer: AnalyzerSettings = Field(default_factory=AnalyzerSettings)
     limits: LimitSettings = Field(default_factory=LimitSettings)
     tasks: TaskSettings = Field(default_factory=TaskSettings)
+    # A long PDF, DOCX or PPTX built in page ranges on every free task process (RAGKB_LONG_DOCUMENTS__*).
+    long_documents: LongDocumentSettings = Field(default_factory=LongDocumentSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
     # Log lines: console or JSON (RAGKB_LOG__FORMAT), and their level.

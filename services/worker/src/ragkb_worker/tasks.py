@@ -10,11 +10,13 @@ from typing import Any
 from celery import Celery, Task
 
 from ragkb_core import request_context
-from ragkb_store.ledger import DocumentLedger
-from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, REINDEX_DOCUMENT, TUNE_KB
+from ragkb_core.errors import RagkbError
+from ragkb_store.ledger import Claim, DocumentLedger
+from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, INGEST_RANGE, REINDEX_DOCUMENT, TUNE_KB
 from ragkb_telemetry import metrics
 from ragkb_telemetry.metrics import observe_stage_seconds
 from ragkb_worker.failures import run_with_policy
+from ragkb_worker.long_documents import LongDocuments
 from ragkb_worker.pipeline import IngestOutcome, IngestPipeline
 from ragkb_worker.runtime import WorkerRuntime
 from ragkb_worker.settings import TaskSettings
@@ -39,6 +41,11 @@ def register_tasks(app: Celery, settings: TaskSettings, runtime: Callable[[], Wo
     def ingest_document(self: Task, document_id: str) -> dict[str, Any]:
         current = runtime()
         return run_ingest(self, current.ledger, current.pipeline, document_id, settings.max_retries)
+
+    @app.task(name=INGEST_RANGE, **redeliverable)  # type: ignore[untyped-decorator]
+    def ingest_range(self: Task, document_id: str, version: int, position: int) -> dict[str, Any]:
+        long_documents = runtime().long_documents
+        return run_range(self, long_documents, document_id, version, position, max_retries=settings.max_retries)
 
     @app.task(name=REINDEX_DOCUMENT, **redeliverable)  # type: ignore[untyped-decorator]
     def reindex_document(self: Task, job_id: str, document_id: str) -> dict[str, Any]:
@@ -123,6 +130,72 @@ def run_ingest(
             on_failure=failed,
             on_retry=lambda reason: ledger.release_for_retry(claim, reason),
         )
+
+
+def run_range(
+    task: Task, long_documents: LongDocuments, document_id: str, version: int, position: int, *, max_retries: int
+) -> dict[str, Any]:
+    """One range of a long document, under the same failure policy as a whole document: a transient error
+    retries this range alone; anything else fails the document with the range's pages in the reason."""
+    work = long_documents.claim_range(document_id, version, position)
+    if work is None:
+        # Built already; but a retry of the range that completed the split, whose write of the version failed,
+        # writes it again.
+        claim = long_documents.claim_completed(document_id, version) if task.request.retries else None
+        if claim is None:
+            return {"document_id": document_id, "range": position, "status": "skipped"}
+        return run_publish(task, long_documents, claim, max_retries=max_retries)
+    claim = work.claim
+
+    def built() -> dict[str, Any]:
+        if work.attempt > max_retries + 1:
+            # Delivered again and again without finishing (its worker killed each time): give up like a retry.
+            raise RangeGaveUp(f"the range was started {work.attempt} times without finishing")
+        outcome = long_documents.build_range(work)
+        _log.info("document %s v%d range %d: %s", document_id, version, position, outcome.status)
+        if outcome.status == "done":
+            record_ingested(claim.kb_id, outcome)
+        return {"document_id": document_id, "range": position, "status": outcome.status}
+
+    def failed(reason: str) -> dict[str, Any]:
+        long_documents.fail(claim, f"pages {work.first_page}–{work.last_page}: {reason}")
+        metrics.documents_failed.labels(kb_id=claim.kb_id).inc()
+        _log.warning("document %s v%d failed in range %d: %s", document_id, version, position, reason)
+        return {"document_id": document_id, "range": position, "status": "failed", "error": reason}
+
+    with request_context.bound(kb=claim.kb_id, document=document_id):
+        return run_with_policy(
+            task,
+            built,
+            doing=f"ingesting pages {work.first_page}–{work.last_page}",
+            max_retries=max_retries,
+            on_failure=failed,
+            on_retry=lambda reason: long_documents.release_range(work, reason),
+        )
+
+
+def run_publish(task: Task, long_documents: LongDocuments, claim: Claim, *, max_retries: int) -> dict[str, Any]:
+    """Write a split version whose every range is built, and make it live."""
+
+    def published() -> dict[str, Any]:
+        outcome = long_documents.publish(claim)
+        if outcome.status == "done":
+            record_ingested(claim.kb_id, outcome)
+        return {"document_id": claim.document_id, "status": outcome.status}
+
+    def failed(reason: str) -> dict[str, Any]:
+        long_documents.fail(claim, reason)
+        metrics.documents_failed.labels(kb_id=claim.kb_id).inc()
+        return {"document_id": claim.document_id, "status": "failed", "error": reason}
+
+    with request_context.bound(kb=claim.kb_id, document=claim.document_id):
+        return run_with_policy(
+            task, published, doing="writing the document", max_retries=max_retries, on_failure=failed
+        )
+
+
+class RangeGaveUp(RagkbError):
+    title = "Range gave up"
 
 
 def record_ingested(kb_id: str, outcome: IngestOutcome) -> None:

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 from sqlalchemy import JSON, Boolean, DateTime, ForeignKey, Index, Integer, String, Text, UniqueConstraint
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from ragkb_store.states import DocumentStatus, JobItemStatus, JobStatus, Lane
+from ragkb_store.states import DocumentStatus, JobItemStatus, JobStatus, Lane, RangeStatus
 
 
 def utcnow() -> datetime:
@@ -92,9 +92,59 @@ class Document(Base):
     ingest_report: Mapped[dict[str, Any]] = mapped_column(default=dict)
     # A worker that claims the document holds it until this time; past it, the claim may be taken over.
     lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+    # A long document's version is built in page ranges on every free worker process (DocumentRange): how many
+    # of its ranges are built, of how many; 0 of 0 when its newest run was not split.
+    ranges_done: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    ranges_total: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow, onupdate=utcnow)
     indexed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class DocumentSplit(Base):
+    """A long document's version being built in ranges: what its parse and chunk stage produced for the range
+    that completes it (the extracted text, the report, those stages' timings). Gone once the version is live or
+    failed; while it exists, a worker claiming the document again resumes it instead of parsing anew."""
+
+    __tablename__ = "document_splits"
+
+    document_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("documents.id", ondelete="CASCADE"), primary_key=True
+    )
+    version: Mapped[int] = mapped_column(Integer)
+    # The model whose tokenizer cut the chunks: every range is embedded by it.
+    embedding_model: Mapped[str] = mapped_column(String(200))
+    text_sha256: Mapped[str] = mapped_column(String(64))
+    ingest_report: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    stage_timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    chunk_count: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class DocumentRange(Base):
+    """One page range of a split document's version: its chunks (already cut from the whole document, with
+    their ordinals from `first_ordinal`), embedded and written by whichever worker process takes it, under a
+    lease of its own."""
+
+    __tablename__ = "document_ranges"
+
+    document_id: Mapped[str] = mapped_column(
+        String(32), ForeignKey("document_splits.document_id", ondelete="CASCADE"), primary_key=True
+    )
+    position: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    first_page: Mapped[int] = mapped_column(Integer)
+    last_page: Mapped[int] = mapped_column(Integer)
+    first_ordinal: Mapped[int] = mapped_column(Integer)
+    chunks: Mapped[list[dict[str, Any]]] = mapped_column(JSON, default=list)
+    status: Mapped[str] = mapped_column(String(20), default=RangeStatus.PENDING)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    stage_timings: Mapped[dict[str, Any]] = mapped_column(default=dict)
+    # A built range's dense and BM25 vectors, kept here until the last range writes the whole version to the
+    # index at once (a version's points are searchable from the moment they are written).
+    vectors: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class Job(Base):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, func, or_, select, update
+from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,7 +26,7 @@ from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_store.consistency import DocumentState
 from ragkb_store.db.engine import transaction
-from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, utcnow
+from ragkb_store.db.models import Document, DocumentRange, DocumentSplit, Job, JobItem, KnowledgeBase, utcnow
 from ragkb_store.knowledge_bases import load_kb, load_writable_kb
 from ragkb_store.progress import refresh_overdue_jobs, settle_items_of_document
 from ragkb_store.states import (
@@ -379,6 +379,7 @@ class DocumentLedger:
                 )
             ).rowcount  # type: ignore[attr-defined]
             if finished:
+                delete_split(session, claim.document_id)
                 _mark_ingest_job(session, claim.document_id, JobStatus.SUCCEEDED)
                 # A sync or retry job waiting for this document advances now, watched or not.
                 settle_items_of_document(session, claim.kb_id, claim.source_id)
@@ -393,6 +394,8 @@ class DocumentLedger:
                 .values(status=DocumentStatus.FAILED, error=reason, lease_until=None)
             ).rowcount  # type: ignore[attr-defined]
             if failed:  # else a newer version took over: its run is not this one's to mark
+                # A long document's ranges still queued find their split gone and stop (RangeLedger).
+                delete_split(session, claim.document_id)
                 _mark_ingest_job(session, claim.document_id, JobStatus.FAILED, error=reason)
                 settle_items_of_document(session, claim.kb_id, claim.source_id)
 
@@ -471,6 +474,11 @@ class DocumentLedger:
             for lane in Lane
         }
 
+    def indexed_version_of(self, document_id: str) -> int | None:
+        """The version whose points are live (None: none yet, or the document is gone)."""
+        with self._sessions() as session:
+            return session.scalar(select(Document.indexed_version).where(Document.id == document_id))
+
     def text_sha256_of(self, document_id: str) -> str | None:
         with self._sessions() as session:
             return session.scalar(select(Document.text_sha256).where(Document.id == document_id))
@@ -492,6 +500,10 @@ class DocumentLedger:
                 batch = ordered[start : start + _BATCH]
                 used.update(session.scalars(select(Document.blob_sha256).where(Document.blob_sha256.in_(batch))))
                 used.update(session.scalars(select(Document.text_sha256).where(Document.text_sha256.in_(batch))))
+                # A long document's text, stored when it was split and the document's once it is live.
+                used.update(
+                    session.scalars(select(DocumentSplit.text_sha256).where(DocumentSplit.text_sha256.in_(batch)))
+                )
         return shas - used
 
 
@@ -540,6 +552,7 @@ def send_back_to_pending(session: Session, document: Document, lane: Lane) -> No
     document.error = None
     document.attempts = 0
     document.lease_until = None
+    document.ranges_done, document.ranges_total = 0, 0
     record_ingest_job(session, document)
 
 
@@ -627,6 +640,8 @@ def _take_next_version(session: Session, document: Document, **fields: Any) -> b
             error=None,
             attempts=0,
             lease_until=None,
+            ranges_done=0,
+            ranges_total=0,
             updated_at=utcnow(),
             **fields,
         )
@@ -778,6 +793,13 @@ def _serialize_label_writes(session: Session, kb_id: str) -> None:
     """A write to the KB row before reading labels: PostgreSQL locks that row and SQLite takes its write
     lock, so two concurrent writers (one reference, one knowledge, same new label) check one after the other."""
     session.execute(update(KnowledgeBase).where(KnowledgeBase.id == kb_id).values(updated_at=KnowledgeBase.updated_at))
+
+
+def delete_split(session: Session, document_id: str) -> None:
+    """Remove the document's split and its ranges (ragkb_store.ledger.ranges): its version went live or failed,
+    or a new split replaces it."""
+    session.execute(delete(DocumentRange).where(DocumentRange.document_id == document_id))
+    session.execute(delete(DocumentSplit).where(DocumentSplit.document_id == document_id))
 
 
 def _kb_not_deleting() -> ColumnElement[bool]:

@@ -71,6 +71,11 @@ class TextDocumentCreate(DocumentFields):
     text: str = Field(min_length=1)
 
 
+class RangeProgress(BaseModel):
+    done: int
+    total: int
+
+
 class DocumentOut(BaseModel):
     id: str
     knowledge_base_id: str
@@ -91,6 +96,9 @@ class DocumentOut(BaseModel):
     attempts: int
     stage_timings: dict[str, Any]
     ingest_report: dict[str, Any]
+    # A long document built in page ranges on every free worker process: ranges built of ranges in all (its
+    # ingest job shows the same); null when its newest run was not split.
+    ranges: RangeProgress | None = None
     created_at: UtcDateTime
     updated_at: UtcDateTime
     indexed_at: UtcDateTime | None

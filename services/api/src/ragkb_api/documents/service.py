@@ -21,6 +21,7 @@ from ragkb_api.documents.schemas import (
     DocumentFields,
     DocumentOut,
     DocumentPatch,
+    RangeProgress,
 )
 from ragkb_api.paging import Page, PageRequest, page_of
 from ragkb_core.errors import InvalidInput, PayloadTooLarge, RagkbError
@@ -250,6 +251,7 @@ def document_out(document: Document) -> DocumentOut:
         attempts=document.attempts,
         stage_timings=document.stage_timings,
         ingest_report=document.ingest_report,
+        ranges=RangeProgress(done=document.ranges_done, total=document.ranges_total) if document.ranges_total else None,
         created_at=document.created_at,
         updated_at=document.updated_at,
         indexed_at=document.indexed_at,
