@@ -215,3 +215,41 @@ def test_the_retrievers_problem_details_map_onto_the_domain_errors(status: int, 
         assert server.connections == 1
 
     run(test)
+
+
+def test_a_sync_caller_in_a_worker_thread_has_the_call_made_on_the_loop_with_its_request_id() -> None:
+    # The sync handlers (tools, /v1/context, MCP, Dify) run in the loop's executor threads: their search is
+    # handed to the loop's client, and the request id of the thread's context still reaches the retriever.
+    def search_from_thread(retriever: AsyncRetrieverSearch) -> bytes | None:
+        token = request_context.request_id.set("from-a-thread")
+        try:
+            return retriever.search_json_from_thread(b'{"query":"q"}')
+        finally:
+            request_context.request_id.reset(token)
+
+    async def test() -> None:
+        async with http_server(lambda _: answer(200, ANSWER)) as server:
+            retriever = client(server.port)
+            assert search_from_thread(retriever) is None  # not bound to a loop yet: the caller uses httpx
+            retriever.bind_to_running_loop()
+            assert search_from_thread(retriever) is None  # on the loop's own thread: it must not wait on itself
+            loop = asyncio.get_running_loop()
+            assert await loop.run_in_executor(None, search_from_thread, retriever) == ANSWER
+            await retriever.aclose()
+        assert [exchange.headers["x-request-id"] for exchange in server.exchanges] == ["from-a-thread"]
+
+    run(test)
+
+
+def test_a_sync_caller_gets_the_same_errors_as_an_async_one() -> None:
+    async def test() -> None:
+        async with http_server(lambda _: answer(409, b'{"detail": "being deleted"}')) as server:
+            retriever = client(server.port)
+            retriever.bind_to_running_loop()
+            with pytest.raises(Conflict, match="being deleted"):
+                await asyncio.get_running_loop().run_in_executor(
+                    None, retriever.search_json_from_thread, b'{"query":"q"}'
+                )
+            await retriever.aclose()
+
+    run(test)

@@ -271,7 +271,10 @@ def create_app(settings: ApiSettings) -> Litestar:
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
         ),
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
-        on_startup=[services.source_scheduler.start] if settings.sources.scheduler else [],
+        on_startup=[
+            services.retriever_async.bind_to_running_loop,
+            *([services.source_scheduler.start] if settings.sources.scheduler else []),
+        ],
         on_shutdown=[
             services.source_scheduler.stop,
             services.source_runner.stop,

@@ -16,6 +16,8 @@ onto the same domain errors (retriever_client.error_from_status)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import ssl
 import time
 from collections import deque
@@ -51,14 +53,22 @@ class RetrieverGone(Exception):
 class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
+    # A connection works on the loop that opened it only (an app served by one loop after another: tests).
+    loop: asyncio.AbstractEventLoop
     idle_since: float = 0.0
 
     def usable(self, now: float) -> bool:
-        """Still open on both sides and not idle long enough for the retriever to be closing it."""
-        return not self.reader.at_eof() and not self.writer.is_closing() and now - self.idle_since < CLIENT_KEEP_ALIVE_S
+        """Still open on both sides, of this loop, and not idle long enough for the retriever to be closing it."""
+        return (
+            self.loop is asyncio.get_running_loop()
+            and not self.reader.at_eof()
+            and not self.writer.is_closing()
+            and now - self.idle_since < CLIENT_KEEP_ALIVE_S
+        )
 
     def close(self) -> None:
-        self.writer.close()
+        if not self.loop.is_closed():
+            self.writer.close()
 
 
 @dataclass(frozen=True)
@@ -82,6 +92,7 @@ class AsyncRetrieverSearch:
         # Every call's fixed header lines, encoded once.
         self._fixed_headers = f"Host: {url.netloc}\r\nContent-Type: application/json\r\n{token}".encode("latin-1")
         self._idle: deque[_Connection] = deque()
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def search_json(self, query_json: bytes) -> bytes:
         """The retriever's answer to POST /internal/v1/search, as its bytes."""
@@ -107,6 +118,26 @@ class AsyncRetrieverSearch:
             error: RagkbError = error_from_status(answer.status, answer.body)
             raise error
         return answer.body
+
+    def bind_to_running_loop(self) -> None:
+        """At the app's start-up: the loop that sync handlers' threads hand their calls to (search_json_from_thread)."""
+        self._loop = asyncio.get_running_loop()
+
+    def search_json_from_thread(self, query_json: bytes) -> bytes | None:
+        """`search_json` for a sync caller in a worker thread: made on the app's loop, this thread waiting, with
+        the caller's context (request id, trace). None where no loop serves this client (never bound, closed)
+        or when called on a loop's own thread, which must not block on itself: the caller uses the sync client."""
+        loop = self._loop
+        if loop is None or loop.is_closed() or _on_an_event_loop():
+            return None
+        answer: concurrent.futures.Future[bytes] = concurrent.futures.Future()
+
+        def start() -> None:  # on the loop, inside the caller's context: the task copies it
+            task = asyncio.ensure_future(self.search_json(query_json))
+            task.add_done_callback(lambda done: _settle(answer, done))
+
+        loop.call_soon_threadsafe(start, context=contextvars.copy_context())
+        return answer.result()
 
     async def aclose(self) -> None:
         while self._idle:
@@ -165,7 +196,24 @@ class AsyncRetrieverSearch:
             limit=MAX_HEAD_BYTES,
             server_hostname=self._host if self._tls else None,
         )
-        return _Connection(reader, writer)
+        return _Connection(reader, writer, asyncio.get_running_loop())
+
+
+def _on_an_event_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _settle(answer: concurrent.futures.Future[bytes], done: asyncio.Future[bytes]) -> None:
+    if done.cancelled():
+        answer.cancel()
+    elif (error := done.exception()) is not None:
+        answer.set_exception(error)
+    else:
+        answer.set_result(done.result())
 
 
 async def _read_answer(reader: asyncio.StreamReader) -> _Answer:

@@ -102,7 +102,7 @@ class SearchService:
         with timings.stage("kbs"):
             query = self.search_query(request, caller)
         with timings.stage("retriever"):
-            answer = self._retriever.search_json(query)
+            answer = self._retriever_json(query)
         return with_query(answer, request.query)
 
     async def search_json_async(
@@ -137,6 +137,17 @@ class SearchService:
     def search_query_json(self, request: SearchRequest, caller: Caller) -> bytes:
         return self.search_query(request, caller).model_dump_json().encode()
 
+    def _retriever_json(self, query: SearchQuery) -> bytes:
+        """The retriever's answer for a sync caller. In a sync handler's worker thread (tools, /v1/context, MCP,
+        Dify, search-test) the call is made by the event loop's client, which costs a fraction of httpx's CPU
+        (ragkb_api.retriever_async) and this thread waits; elsewhere (no event loop: a background thread, a
+        script) the sync client makes it."""
+        if self._retriever_async is not None:
+            answer = self._retriever_async.search_json_from_thread(query.model_dump_json().encode())
+            if answer is not None:
+                return answer
+        return self._retriever.search_json(query)
+
     def search_test(self, kb_id: str, request: SearchTestRequest, caller: Caller) -> SearchTestResponse:
         """Every mode side by side for one query (explain on), tracing the expected documents."""
         self._check_query(request.query)
@@ -148,7 +159,7 @@ class SearchService:
             query = self._query(
                 request.query, kbs, caller, overrides=overrides, filters=request.filters, mode=mode, explain=True
             )
-            result = self._retriever.search(query)
+            result = SearchResult.model_validate_json(self._retriever_json(query))
             traces = [trace_expected(document_id, result) for document_id in request.expected_document_ids]
             runs.append(SearchTestRun(name=name, result=result, expected=traces))
         return SearchTestResponse(query=request.query, knowledge_base_id=kb_id, runs=runs)
