@@ -40,6 +40,9 @@ from ragkb_core.settings import RetrieverClientSettings
 
 # Idle connections kept for the next calls; more may be open at once while that many calls are in flight.
 MAX_IDLE_CONNECTIONS = 32
+# Calls in flight at once (httpx's default pool limit, which the api had): more wait for a free one, within the
+# call's timeout.
+MAX_CONNECTIONS = 100
 # A response head longer than this is not the retriever's.
 MAX_HEAD_BYTES = 64 * 1024
 _tracer = trace.get_tracer("ragkb.retriever_client")
@@ -93,6 +96,7 @@ class AsyncRetrieverSearch:
         self._fixed_headers = f"Host: {url.netloc}\r\nContent-Type: application/json\r\n{token}".encode("latin-1")
         self._idle: deque[_Connection] = deque()
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def search_json(self, query_json: bytes) -> bytes:
         """The retriever's answer to POST /internal/v1/search, as its bytes."""
@@ -101,7 +105,8 @@ class AsyncRetrieverSearch:
     async def post_json(self, path: str, body: bytes) -> bytes:
         with _tracer.start_as_current_span(f"POST {INTERNAL_PREFIX}{path}", kind=SpanKind.CLIENT) as span:
             try:
-                async with asyncio.timeout(self._timeout_s):  # no task of its own, unlike wait_for
+                # asyncio.timeout, not wait_for: no task of its own per call.
+                async with asyncio.timeout(self._timeout_s), self._slots:
                     answer = await self._exchange(self._request(path, body))
             except (
                 OSError,
