@@ -1,6 +1,6 @@
 """Query latency of two versions of ragkb side by side, in one run: this checkout against a baseline checkout.
 
-    python bench/latency_ab.py --baseline /work/main [--points 10000] [--queries 300] [--label L]
+    python bench/latency_ab.py --baseline /work/main [--candidate DIR] [--points 10000] [--queries 300] [--label L]
 
 Starts two private stacks on this machine (ragkb_cli.stack: launcher, own Redis, own data folder): the
 baseline's with its own virtual environment (BASELINE/.venv/bin/python runs BASELINE's code) and this
@@ -231,6 +231,12 @@ def markdown(result: dict[str, Any]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--baseline", type=Path, required=True, help="a checkout with its own .venv")
+    parser.add_argument(
+        "--candidate",
+        type=Path,
+        default=REPO,
+        help="the other side (default: this checkout); the baseline again is an A/A run",
+    )
     parser.add_argument("--points", type=int, default=10_000)
     parser.add_argument("--base", type=int, default=1000, help="real passages the corpus is scaled up from")
     parser.add_argument("--queries", type=int, default=300, help="measured queries per mode and stack")
@@ -245,7 +251,7 @@ def main() -> None:
         sides = []
         for name, repo, python in (
             ("baseline", args.baseline, baseline_python),
-            ("this", REPO, str(REPO / ".venv/bin/python")),
+            ("this", args.candidate, str(args.candidate / ".venv/bin/python")),
         ):
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"ragkb-ab-{name}-")))
             running, kb_id, key = stack.enter_context(
@@ -259,6 +265,7 @@ def main() -> None:
         alternate(sides, queries, args.top_k)
         result = {
             "baseline": str(args.baseline),
+            "candidate": str(args.candidate),
             "sides": [one.name for one in sides],
             "points": args.points,
             "queries": len(queries) - WARM_UP,

@@ -60,7 +60,7 @@ STAGE_RULES: dict[str, tuple[tuple[str, str], ...]] = {
         ("query building", F + r"(_query|search_scope|with_overrides|_with_top_k|merged_quotas) \("),
         ("retriever hop: decode answer", F + r"(json|model_validate|model_validate_json) \("),
         ("retriever hop: encode query", F + r"(model_dump|model_dump_json|dumps) \("),
-        ("retriever hop: HTTP client", r"\((httpx|httpcore|urllib3|http/client)[/.]"),
+        ("retriever hop: HTTP client", r"\((httpx|httpcore|urllib3|http/client|ragkb_api/retriever_async)[/.]"),
         ("response model", r"SearchService\.search \(ragkb_api"),
         ("request decode + validation", r"(_extract_data|parse_values_from_connection_kwargs|validate_python)"),
         ("response encode", r"(to_response|encode_json|default_serializer|_create_response|model_dump)"),

@@ -64,6 +64,30 @@ def test_a_killed_service_is_started_again_and_serves(ragkb: RunningRagkb, modul
     assert ragkb.wait_document(kb_id, second["id"])["status"] == "done"
 
 
+def test_a_search_while_the_retriever_is_down_is_a_503_problem_and_searches_answer_once_it_is_back(
+    ragkb: RunningRagkb,
+) -> None:
+    # The api calls the retriever from its event loop over kept-alive connections (ragkb_api.retriever_async):
+    # the connection the kill breaks, and the refused new one, must end as the same 503 the sync client gave.
+    kb_id = ragkb.create_kb("search-retriever-down")
+    document = upload_text(ragkb, kb_id, "The boiler room key is kept by the caretaker on duty.")
+    ragkb.wait_document(kb_id, document["id"])
+    body = {"query": "Who keeps the boiler room key?", "knowledge_base_ids": [kb_id], "top_k": 3}
+    assert ragkb.client.post("/v1/search", json=body).status_code == 200  # a connection is now kept alive
+
+    ragkb.signal_service("ragkb_retriever", signal.SIGKILL)
+    response = ragkb.client.post("/v1/search", json=body, headers={"X-Request-ID": "retriever-down-1"})
+
+    assert response.status_code == 503, response.text
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert int(response.headers["retry-after"]) >= 1
+    assert response.headers["x-request-id"] == "retriever-down-1"
+    problem = response.json()
+    assert problem["status"] == 503
+    assert "retriever" in problem["detail"]
+    assert search_until_it_answers(ragkb, "Who keeps the boiler room key?", kb_id)["document_id"] == document["id"]
+
+
 def search_until_it_answers(ragkb: RunningRagkb, query: str, kb_id: str) -> dict[str, Any]:
     body = {"query": query, "knowledge_base_ids": [kb_id], "top_k": 3}
     deadline = time.monotonic() + COMES_BACK_TIMEOUT_S

@@ -331,3 +331,33 @@ def test_one_upload_is_one_trace_from_the_api_through_the_worker_to_the_retrieve
     # The worker's database statements are in the trace too.
     assert any(span.service == "ragkb-worker" and run in _ancestors(span, by_id) and span.name != caller.name
                for span in spans)  # fmt: skip
+
+
+def test_one_search_is_one_trace_from_the_api_through_its_call_to_the_retriever(
+    stack: RunningRagkb, kb_id: str, otlp: OtlpReceiver
+) -> None:
+    # The api calls the retriever's search on its own HTTP client (ragkb_api.retriever_async), not through the
+    # instrumented httpx: its client span and the trace context it sends must still join the two services.
+    document_id = _upload(stack, kb_id, "trace/search-policy.md", f"upload-{uuid.uuid4().hex}")
+    assert stack.wait_document(kb_id, document_id)["status"] == "done"
+    request_id = f"search-trace-{uuid.uuid4().hex}"
+    _search(stack, kb_id, request_id)
+    deadline = time.monotonic() + 10
+    traced: list[dict[str, Any]] = []
+    while time.monotonic() < deadline and not traced:
+        traced = [
+            line
+            for line in _json_lines(stack)
+            if line["service"] == "api" and line.get("request_id") == request_id and "trace_id" in line
+        ]
+        time.sleep(0.2)
+    assert traced, "the api logged no trace id for the search"
+
+    spans = _wait_trace(otlp, traced[0]["trace_id"], {"ragkb-api", "ragkb-retriever"})
+    by_id = {span.span_id: span for span in spans}
+    roots = [span for span in spans if span.parent_span_id not in by_id]
+    assert len(roots) == 1 and roots[0].service == "ragkb-api" and "POST /v1/search" in roots[0].name, roots
+    served = next(span for span in spans if span.service == "ragkb-retriever" and "/internal/v1/search" in span.name)
+    call = by_id[served.parent_span_id]
+    assert call.service == "ragkb-api" and call.name == "POST /internal/v1/search", call
+    assert roots[0] in _ancestors(call, by_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import httpx
@@ -186,25 +187,31 @@ def _present(**params: str | int | None) -> dict[str, str | int]:
 
 
 def _error_from(response: httpx.Response) -> RagkbError:
-    """Map the retriever's problem details back onto the domain hierarchy."""
-    detail = _problem_detail(response)
-    if response.status_code == 404:
+    return error_from_status(response.status_code, response.content)
+
+
+def error_from_status(status: int, body: bytes) -> RagkbError:
+    """Map the retriever's problem details back onto the domain hierarchy (this client's and the async one's)."""
+    detail = _problem_detail(body)
+    if status == 404:
         return NotFound(detail)
-    if response.status_code == 409:
+    if status == 409:
         return Conflict(detail)
-    if response.status_code in (400, 422):
+    if status in (400, 422):
         return InvalidInput(detail)
-    if response.status_code == 502:
+    if status == 502:
         # The retriever reached for an external KB, which failed: not the retriever's own unavailability.
         return ExternalUnavailable(detail)
-    return Unavailable(f"retriever answered {response.status_code}: {detail}")
+    return Unavailable(f"retriever answered {status}: {detail}")
 
 
-def _problem_detail(response: httpx.Response) -> str:
+def _problem_detail(body: bytes) -> str:
+    text = body.decode("utf-8", errors="replace")
     try:
-        return str(response.json().get("detail", response.text))
+        problem = json.loads(body)
     except ValueError:
-        return response.text[:200]
+        return text[:200]
+    return str(problem.get("detail", text)) if isinstance(problem, dict) else text[:200]
 
 
 def _carry_request_id(request: httpx.Request) -> None:

@@ -49,6 +49,7 @@ from ragkb_api.knowledge_bases.routes import KnowledgeBaseController
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
 from ragkb_api.pages.routes import PageController
 from ragkb_api.rate_limit import RateLimiter, build_rate_limiter
+from ragkb_api.retriever_async import AsyncRetrieverSearch
 from ragkb_api.search.routes import SearchController
 from ragkb_api.search.service import SearchService
 from ragkb_api.settings import ApiSettings
@@ -97,6 +98,7 @@ class ApiServices:
     sessions: sessionmaker[Session]
     queue: Celery
     retriever: RetrieverClient
+    retriever_async: AsyncRetrieverSearch
     knowledge_bases: KnowledgeBaseService
     documents: DocumentService
     jobs: JobService
@@ -130,7 +132,8 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     bootstrap = settings.auth.bootstrap_admin_key
     # Seals sources' credentials and external KBs' API keys (RAGKB_SOURCES__CREDENTIALS_KEY).
     vault = CredentialVault(settings.sources.credentials_key)
-    search = SearchService(sessions, retriever, settings.limits, vault)
+    retriever_async = AsyncRetrieverSearch(settings.retriever, settings.service_token)
+    search = SearchService(sessions, retriever, settings.limits, vault, retriever_async)
     api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None)
     tools = ToolService(sessions, blobs, retriever, search)
     ingest_queue = IngestQueue(queue, DocumentLedger(sessions), settings.jobs.fair_queueing)
@@ -153,6 +156,7 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
         sessions=sessions,
         queue=queue,
         retriever=retriever,
+        retriever_async=retriever_async,
         knowledge_bases=knowledge_bases,
         documents=documents,
         jobs=jobs,
@@ -277,11 +281,15 @@ def create_app(settings: ApiSettings) -> Litestar:
             components=Components(security_schemes={"bearer": SecurityScheme(type="http", scheme="bearer")}),
         ),
         request_max_body_size=settings.limits.max_upload_bytes + MULTIPART_OVERHEAD_BYTES,
-        on_startup=[services.source_scheduler.start] if settings.sources.scheduler else [],
+        on_startup=[
+            services.retriever_async.bind_to_running_loop,
+            *([services.source_scheduler.start] if settings.sources.scheduler else []),
+        ],
         on_shutdown=[
             services.source_scheduler.stop,
             services.source_runner.stop,
             services.retriever.close,
+            services.retriever_async.aclose,
             services.engine.dispose,
             redis.close,
             limiter.close,

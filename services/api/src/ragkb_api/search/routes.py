@@ -34,17 +34,17 @@ class SearchController(Controller):
     @post(
         "/search",
         status_code=200,
-        sync_to_thread=True,
         summary="Search one or more knowledge bases",
         opt=access("caller"),
         # The body is the retriever's JSON passed on (SearchService.search_json); this is its shape.
         responses={200: ResponseSpec(data_container=SearchResponse, description="Passages, best first")},
     )
-    def search(
+    # Async: the handler itself costs no thread hand-off; the KB read takes one, the retriever's call none.
+    async def search(
         self, data: SearchRequest, search_service: SearchService, caller: Caller, request: Request[Any, Any, Any]
     ) -> Response[bytes]:
         timings = StageTimings()
-        answer = search_service.search_json(data, caller, timings)
+        answer = await search_service.search_json_async(data, caller, timings)
         auth_ms = request.state.get(AUTH_MS_STATE)
         stages_ms = timings.all_ms(**({"auth": auth_ms} if auth_ms is not None else {}))
         observe_stages(metrics.api_search_stage_duration, stages_ms)

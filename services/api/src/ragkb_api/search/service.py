@@ -7,12 +7,14 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
+from anyio.to_thread import run_sync
 from pydantic import SecretStr
 from sqlalchemy import Text, bindparam, cast, select
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller, search_scope
+from ragkb_api.retriever_async import AsyncRetrieverSearch
 from ragkb_api.search.schemas import (
     AnalyzeRequest,
     ExpectedDocumentTrace,
@@ -79,10 +81,13 @@ class SearchService:
         retriever: RetrieverClient,
         limits: LimitSettings,
         vault: CredentialVault | None = None,
+        retriever_async: AsyncRetrieverSearch | None = None,
     ) -> None:
         self._sessions = sessions
         self._engine = engine_of(sessions)
         self._retriever = retriever
+        # The async handler's way to the retriever (the composition root gives one; tests of the sync paths may not).
+        self._retriever_async = retriever_async
         self._limits = limits
         # Opens an external KB's sealed API key for the retriever, which reaches the KB (ragkb_core.external).
         self._vault = vault or CredentialVault(None)
@@ -94,22 +99,54 @@ class SearchService:
         """The answer as the JSON of a SearchResponse: the retriever's JSON with the query added, never decoded
         and encoded again here (an answer of 100 passages would cost milliseconds each way)."""
         timings = timings if timings is not None else StageTimings()
-        self._check_query(request.query)
         with timings.stage("kbs"):
-            kbs = self._searchable_kbs(list(dict.fromkeys(request.knowledge_base_ids)), caller)
-            query = self._query(
-                request.query,
-                kbs,
-                caller,
-                overrides=_with_top_k(request.settings, request.top_k),
-                filters=request.filters,
-                mode=request.mode,
-                explain=request.explain,
-                collapse=request.collapse,
-            )
+            query = self.search_query(request, caller)
         with timings.stage("retriever"):
-            answer = self._retriever.search_json(query)
+            answer = self._retriever_json(query)
         return with_query(answer, request.query)
+
+    async def search_json_async(
+        self, request: SearchRequest, caller: Caller, timings: StageTimings | None = None
+    ) -> bytes:
+        """`search_json` for an async handler: the database read in one worker thread, the call to the retriever
+        on the event loop (ragkb_api.retriever_async says why not httpx)."""
+        if self._retriever_async is None:
+            raise RuntimeError("this SearchService was built without an async retriever client")
+        timings = timings if timings is not None else StageTimings()
+        with timings.stage("kbs"):
+            query_json = await run_sync(self.search_query_json, request, caller)
+        with timings.stage("retriever"):
+            answer = await self._retriever_async.search_json(query_json)
+        return with_query(answer, request.query)
+
+    def search_query(self, request: SearchRequest, caller: Caller) -> SearchQuery:
+        """What the retriever is asked: the readable KBs (read now, never cached) with the request's settings."""
+        self._check_query(request.query)
+        kbs = self._searchable_kbs(list(dict.fromkeys(request.knowledge_base_ids)), caller)
+        return self._query(
+            request.query,
+            kbs,
+            caller,
+            overrides=_with_top_k(request.settings, request.top_k),
+            filters=request.filters,
+            mode=request.mode,
+            explain=request.explain,
+            collapse=request.collapse,
+        )
+
+    def search_query_json(self, request: SearchRequest, caller: Caller) -> bytes:
+        return self.search_query(request, caller).model_dump_json().encode()
+
+    def _retriever_json(self, query: SearchQuery) -> bytes:
+        """The retriever's answer for a sync caller. In a sync handler's worker thread (tools, /v1/context, MCP,
+        Dify, search-test) the call is made by the event loop's client, which costs a fraction of httpx's CPU
+        (ragkb_api.retriever_async) and this thread waits; elsewhere (no event loop: a background thread, a
+        script) the sync client makes it."""
+        if self._retriever_async is not None:
+            answer = self._retriever_async.search_json_from_thread(query.model_dump_json().encode())
+            if answer is not None:
+                return answer
+        return self._retriever.search_json(query)
 
     def search_test(self, kb_id: str, request: SearchTestRequest, caller: Caller) -> SearchTestResponse:
         """Every mode side by side for one query (explain on), tracing the expected documents."""
@@ -122,7 +159,7 @@ class SearchService:
             query = self._query(
                 request.query, kbs, caller, overrides=overrides, filters=request.filters, mode=mode, explain=True
             )
-            result = self._retriever.search(query)
+            result = SearchResult.model_validate_json(self._retriever_json(query))
             traces = [trace_expected(document_id, result) for document_id in request.expected_document_ids]
             runs.append(SearchTestRun(name=name, result=result, expected=traces))
         return SearchTestResponse(query=request.query, knowledge_base_id=kb_id, runs=runs)
