@@ -85,8 +85,10 @@ class IngestPipeline:
         retriever: RetrieverClient,
         limits: LimitSettings,
         splitter: Splitter | None = None,
+        renew_after_s: float = 0.0,
     ) -> None:
         self._ledger = ledger
+        self._renew_after_s = renew_after_s
         self._blobs = blobs
         self._encoder_for = encoder_for
         self._bm25_for = bm25_for
@@ -99,6 +101,7 @@ class IngestPipeline:
         # A long document whose earlier worker split it and then lost its lease goes on from its ranges.
         if self._splitter is not None and (resumed := self._splitter.resume(claim)) is not None:
             return resumed
+        claimed_at = time.monotonic()
         clock = StageClock()
         superseded = IngestOutcome(claim.document_id, "superseded")
         # OCR can outlast the lease: each OCRed page renews the claim (a newer version is noticed after parsing).
@@ -109,8 +112,13 @@ class IngestPipeline:
         # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
         encoder = self._encoder_for(claim.embedding_model)
-        # Renewing between stages keeps the lease alive and notices a newer upload early.
-        if (current := self._ledger.renew(claim)) is None:
+        # Renewing between stages keeps the lease alive and notices a newer upload early; a claim taken moments
+        # ago (a short document parses and chunks in milliseconds) has both, and its renewal would be one more
+        # database commit per document for nothing (bench/ingest_profile.py).
+        current: Claim | None = claim
+        if time.monotonic() - claimed_at >= self._renew_after_s:
+            current = self._ledger.renew(claim)
+        if current is None:
             return superseded
         with clock.stage("embed"):
             embed_texts = [embedding_text(current.title, chunk) for chunk in chunks]
