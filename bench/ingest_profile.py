@@ -101,6 +101,11 @@ def tabulate(counts: Counter[str], stages: tuple[tuple[str, tuple[str, ...]], ..
     return dict(table.most_common())
 
 
+def parent_of(pid: int) -> int:
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
 def warm_up(http: httpx.Client) -> None:
     kb = http.post("/v1/knowledge-bases", json={"name": "warm-up"})
     kb.raise_for_status()
@@ -147,6 +152,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ):
         warm_up(http)
         processes = stack_processes(int(stack.env["RAGKB_API__PORT"]))
+        # Celery's task processes are the worker processes whose parent is the worker.
+        task_pids = {pid for pid, role in processes.items() if processes.get(parent_of(pid)) == "ragkb_worker"}
         spies = {}
         for pid, role in processes.items():
             out = samples_dir / f"{role}-{pid}.txt"
@@ -166,8 +173,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     for item in items:
         timings.update(item.get("stage_timings") or {})
     per_process = {}
+    task_processes: Counter[str] = Counter()
     for pid, (role, out, _) in spies.items():
         counts = read_samples(out)
+        if pid in task_pids:
+            task_processes.update(tabulate(main_thread_only(counts), WORKER_STAGES))
         if role == "ragkb_worker":
             counts = main_thread_only(counts)
             table = tabulate(counts, WORKER_STAGES)
@@ -189,6 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rate_hz": args.rate,
         "env": overrides,
         "document_stage_seconds": {k: round(v, 2) for k, v in timings.items()},
+        "task_processes": dict(task_processes.most_common()),
         "processes": per_process,
         "load_average": os.getloadavg(),
     }
@@ -205,6 +216,13 @@ def markdown(result: dict[str, Any]) -> str:
         "",
     ]
     docs = result["documents"]
+    tasks = result["task_processes"]
+    whole = sum(tasks.values()) or 1
+    lines += ["**Task processes together** (main threads; ms per document = samples ÷ rate ÷ documents)", "",
+              "| stage | samples | share | ms per document |", "|---|---|---|---|"]  # fmt: skip
+    for stage, n in tasks.items():
+        lines.append(f"| {stage} | {n} | {n / whole:.1%} | {1000 * n / result['rate_hz'] / docs:.1f} |")
+    lines.append("")
     for name, process in result["processes"].items():
         total = process["samples"] or 1
         lines += [f"**{name}** ({process['samples']} samples at {result['rate_hz']} Hz)", "",

@@ -27,6 +27,8 @@ from ragkb_worker.parsing import parse
 _log = logging.getLogger("ragkb.worker")
 # Chunks embedded between two lease renewals: ~10 s of work on 2 cores, far inside the default lease.
 EMBED_SLICE = 128
+# A document's first version (DocumentLedger records a new document at 1; each new upload adds 1).
+FIRST_VERSION = 1
 # The BM25 encoder for a KB's analyzer (ragkb_analyzer.bm25_encoder_for: made once per configuration).
 Bm25EncoderFor = Callable[[KbAnalyzer], Bm25Encoder]
 
@@ -191,7 +193,10 @@ class VersionPublisher:
         live version."""
         replaced_text = self._ledger.text_sha256_of(claim.document_id)
         if self._ledger.finish(claim, chunk_count, timings, report, text_sha):
-            self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
+            # A first version has no earlier version's points to drop (a document's id is new with the document
+            # and its versions only go up), and the call was one more retriever round trip per new document.
+            if claim.version > FIRST_VERSION:
+                self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
             self.delete_unreferenced({replaced_text} - {None, text_sha})
             return IngestOutcome(claim.document_id, "done", chunk_count, timings)
         self.delete_unreferenced({text_sha})
