@@ -26,6 +26,7 @@ from typing import Any
 
 import httpx
 from common import DATA, REPO, RESULTS, read_jsonl, save_result
+from ingest import raw_encode_rate
 from processes import stack_processes
 
 from ragkb_cli.stack import private_stack
@@ -188,7 +189,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             busy = Counter({s: n for s, n in counts.items() if not is_idle_wait(s)})
             table = {"busy": sum(busy.values()), "idle (waiting)": sum(counts.values()) - sum(busy.values())}
         per_process[f"{role}-{pid}"] = {"role": role, "samples": sum(counts.values()), "stages": table}
+    # The model alone on the same chunks, after the stack stopped (bench/ingest.py's measure): the efficiency.
+    raw = raw_encode_rate(documents, len(documents)) if args.raw else None
     return {
+        "raw_encode": raw,
+        "efficiency": None if raw is None else round(chunks / seconds / raw["chunks_per_s"], 3),
         "corpus": args.corpus,
         "documents": len(documents),
         "chunks": chunks,
@@ -208,7 +213,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"{result['corpus']}: {result['documents']} documents, {result['chunks']} chunks in {result['seconds']} s "
-        f"({result['documents_per_s']} docs/s, {result['chunks_per_s']} chunks/s), env {result['env']}, "
+        f"({result['documents_per_s']} docs/s, {result['chunks_per_s']} chunks/s; raw encode "
+        f"{(result['raw_encode'] or {}).get('chunks_per_s')} chunks/s, efficiency {result['efficiency']}), "
+        f"env {result['env']}, "
         f"load {result['load_average']}",
         "",
         "Documents' own stage seconds (sum): "
@@ -242,6 +249,7 @@ def main() -> None:
     parser.add_argument("--py-spy", default=shutil.which("py-spy") or str(REPO / ".venv" / "bin" / "py-spy"))
     parser.add_argument("--env", nargs="*", default=[], help="settings of the stack, KEY=VALUE")
     parser.add_argument("--label", default="run")
+    parser.add_argument("--raw", action="store_true", help="also time the model alone on the same chunks")
     args = parser.parse_args()
     result = run(args)
     save_result(f"ingest-profile-{args.label}", result, markdown(result))
