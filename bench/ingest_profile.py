@@ -60,6 +60,21 @@ RETRIEVER_STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 
 
+# Innermost frames of a thread waiting for work: the event loop's select, an executor thread's queue get, the
+# retriever's shard maintainer between flushes, locks, sleeps and socket reads.
+IDLE_FRAMES = (
+    "select",
+    "poll",
+    "recv",
+    "wait",
+    "sleep",
+    "accept",
+    "read (",
+    "_worker (concurrent/futures/thread.py",
+    "ShardMaintainer._run (",
+)
+
+
 def stage_of(stack: str, stages: tuple[tuple[str, tuple[str, ...]], ...]) -> str:
     frames = stack.split(";")
     for frame in reversed(frames):
@@ -73,7 +88,7 @@ def is_idle_wait(stack: str) -> bool:
     """A thread blocked in a wait of its own (a socket read, a lock, a sleep): py-spy --idle marks nothing, so
     recognise the innermost frame."""
     innermost = stack.rsplit(";", 1)[-1]
-    return any(word in innermost for word in ("select", "poll", "recv", "wait", "sleep", "accept", "read ("))
+    return any(word in innermost for word in IDLE_FRAMES)
 
 
 def read_samples(path: Path) -> Counter[str]:
