@@ -42,14 +42,15 @@ class WordModel:
 class FakeLedger:
     """Renewals answer the document as the database holds it: the KB's model may have changed meanwhile."""
 
-    def __init__(self, model_after_first_renewal: str | None = None) -> None:
+    def __init__(self, model_after_first_renewal: str | None = None, switch_at_renewal: int = 2) -> None:
         self.model_after_first_renewal = model_after_first_renewal
+        self.switch_at_renewal = switch_at_renewal
         self.renewals = 0
         self.finished: list[Claim] = []
 
     def renew(self, claim: Claim) -> Claim:
         self.renewals += 1
-        if self.model_after_first_renewal and self.renewals > 1:
+        if self.model_after_first_renewal and self.renewals >= self.switch_at_renewal:
             return dataclasses.replace(claim, embedding_model=self.model_after_first_renewal)
         return claim
 
@@ -81,7 +82,11 @@ def models() -> dict[str, WordModel]:
 
 
 def _pipeline(
-    tmp_path: Path, ledger: FakeLedger, retriever: FakeRetriever, models: dict[str, WordModel]
+    tmp_path: Path,
+    ledger: FakeLedger,
+    retriever: FakeRetriever,
+    models: dict[str, WordModel],
+    renew_after_s: float = 0.0,
 ) -> tuple[IngestPipeline, Claim]:
     blobs = BlobStore(tmp_path / "blobs")
     claim = Claim(
@@ -107,6 +112,7 @@ def _pipeline(
         bm25_for=functools.partial(bm25_encoder_for, settings=AnalyzerSettings()),
         retriever=retriever,  # type: ignore[arg-type]
         limits=LimitSettings(),
+        renew_after_s=renew_after_s,
     )
     return pipeline, claim
 
@@ -128,3 +134,27 @@ def test_a_model_switch_during_embedding_writes_nothing_and_retries(
         pipeline.run(claim)
     assert changed.value.transient and "multilingual-e5-small" in changed.value.detail
     assert retriever.written == [] and ledger.finished == []
+
+
+def test_a_fresh_claim_is_renewed_once_before_the_write_and_still_notices_a_model_switch(
+    tmp_path: Path, models: dict[str, WordModel]
+) -> None:
+    """A short document's claim is moments old when it is embedded: no renewal then, but the one before the write
+    still checks the version and the model."""
+    ledger = FakeLedger()
+    pipeline, claim = _pipeline(tmp_path, ledger, FakeRetriever(), models, renew_after_s=60)
+    assert pipeline.run(claim).status == "done"
+    assert ledger.renewals == 1
+
+    switched, retriever = FakeLedger("multilingual-e5-small", switch_at_renewal=1), FakeRetriever()
+    pipeline, claim = _pipeline(tmp_path, switched, retriever, models, renew_after_s=60)
+    with pytest.raises(EmbeddingModelChanged):
+        pipeline.run(claim)
+    assert retriever.written == [] and switched.finished == []
+
+
+def test_a_claim_older_than_the_bound_is_renewed_before_embedding(tmp_path: Path, models: dict[str, WordModel]) -> None:
+    ledger = FakeLedger()
+    pipeline, claim = _pipeline(tmp_path, ledger, FakeRetriever(), models, renew_after_s=0)
+    assert pipeline.run(claim).status == "done"
+    assert ledger.renewals == 2

@@ -27,6 +27,8 @@ from ragkb_worker.parsing import parse
 _log = logging.getLogger("ragkb.worker")
 # Chunks embedded between two lease renewals: ~10 s of work on 2 cores, far inside the default lease.
 EMBED_SLICE = 128
+# A document's first version (DocumentLedger records a new document at 1; each new upload adds 1).
+FIRST_VERSION = 1
 # The BM25 encoder for a KB's analyzer (ragkb_analyzer.bm25_encoder_for: made once per configuration).
 Bm25EncoderFor = Callable[[KbAnalyzer], Bm25Encoder]
 
@@ -85,8 +87,10 @@ class IngestPipeline:
         retriever: RetrieverClient,
         limits: LimitSettings,
         splitter: Splitter | None = None,
+        renew_after_s: float = 0.0,
     ) -> None:
         self._ledger = ledger
+        self._renew_after_s = renew_after_s
         self._blobs = blobs
         self._encoder_for = encoder_for
         self._bm25_for = bm25_for
@@ -99,6 +103,7 @@ class IngestPipeline:
         # A long document whose earlier worker split it and then lost its lease goes on from its ranges.
         if self._splitter is not None and (resumed := self._splitter.resume(claim)) is not None:
             return resumed
+        claimed_at = time.monotonic()
         clock = StageClock()
         superseded = IngestOutcome(claim.document_id, "superseded")
         # OCR can outlast the lease: each OCRed page renews the claim (a newer version is noticed after parsing).
@@ -109,8 +114,13 @@ class IngestPipeline:
         # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
         encoder = self._encoder_for(claim.embedding_model)
-        # Renewing between stages keeps the lease alive and notices a newer upload early.
-        if (current := self._ledger.renew(claim)) is None:
+        # Renewing between stages keeps the lease alive and notices a newer upload early; a claim taken moments
+        # ago (a short document parses and chunks in milliseconds) has both, and its renewal would be one more
+        # database commit per document for nothing (bench/ingest_profile.py).
+        current: Claim | None = claim
+        if time.monotonic() - claimed_at >= self._renew_after_s:
+            current = self._ledger.renew(claim)
+        if current is None:
             return superseded
         with clock.stage("embed"):
             embed_texts = [embedding_text(current.title, chunk) for chunk in chunks]
@@ -183,7 +193,10 @@ class VersionPublisher:
         live version."""
         replaced_text = self._ledger.text_sha256_of(claim.document_id)
         if self._ledger.finish(claim, chunk_count, timings, report, text_sha):
-            self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
+            # A first version has no earlier version's points to drop (a document's id is new with the document
+            # and its versions only go up), and the call was one more retriever round trip per new document.
+            if claim.version > FIRST_VERSION:
+                self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
             self.delete_unreferenced({replaced_text} - {None, text_sha})
             return IngestOutcome(claim.document_id, "done", chunk_count, timings)
         self.delete_unreferenced({text_sha})

@@ -67,6 +67,7 @@ def build_runtime(
         retriever=retriever,
         limits=settings.limits,
         splitter=long_documents,
+        renew_after_s=settings.tasks.renew_after_s,
     )
     return WorkerRuntime(
         sessions=sessions,

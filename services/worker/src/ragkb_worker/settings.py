@@ -31,6 +31,11 @@ class TaskSettings(BaseModel):
     # A claimed document is held this long and the claim renewed at every stage; a worker that dies
     # stops renewing, and the sweeper re-queues the document once the lease has run out.
     lease_s: int = Field(default=120, ge=5)
+    # The lease is renewed before embedding only when parsing and chunking took at least this long since the
+    # claim: the claim itself just set the lease and read the document, so renewing again at once only adds a
+    # commit per document (for short documents, ~5 % of a task process's time: bench/ingest_profile.py). The
+    # renewal after embedding, which checks the version and model before the write, always happens.
+    renew_after_s: float = Field(default=5.0, ge=0)
     sweep_interval_s: int = Field(default=30, ge=1)
     # A pending document older than this without a claim lost its queue message: queue it again.
     pending_requeue_after_s: int = Field(default=300, ge=1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from alembic import command
@@ -15,6 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from ragkb_core.settings import DatabaseSettings
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
+# The setting's values as SQLite's PRAGMA takes them (a fixed map: nothing from outside reaches the statement).
+SQLITE_SYNCHRONOUS = {"full": "FULL", "normal": "NORMAL"}
 
 
 def build_engine(settings: DatabaseSettings) -> Engine:
@@ -38,14 +41,15 @@ def _sqlite_engine(settings: DatabaseSettings) -> Engine:
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     # api and worker are separate processes writing one file: wait for locks instead of failing at once.
     engine = create_engine(url, echo=settings.echo, connect_args={"timeout": 30})
-    event.listen(engine, "connect", _sqlite_pragmas)
+    event.listen(engine, "connect", partial(_sqlite_pragmas, synchronous=settings.sqlite_synchronous))
     return engine
 
 
-def _sqlite_pragmas(dbapi_connection: object, _record: object) -> None:
+def _sqlite_pragmas(dbapi_connection: object, _record: object, *, synchronous: str = "full") -> None:
     cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
     # WAL lets readers proceed while a writer commits; foreign keys make ON DELETE CASCADE work.
     cursor.execute("PRAGMA journal_mode=WAL")
+    cursor.execute(f"PRAGMA synchronous={SQLITE_SYNCHRONOUS[synchronous]}")
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
