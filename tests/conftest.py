@@ -14,11 +14,11 @@ from sqlalchemy.exc import OperationalError
 POSTGRES_ADMIN_URL = os.environ.get("RAGKB_TEST_POSTGRES_URL", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 
 
-@pytest.fixture(scope="session")
-def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database for this test session, dropped afterwards."""
+def fresh_postgres_database(prefix: str) -> Iterator[str]:
+    """A new, empty PostgreSQL database named `prefix` + a random suffix, dropped afterwards (a generator for
+    fixtures to yield from); skips the test when PostgreSQL does not answer."""
     admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"ragkb_test_{uuid.uuid4().hex[:8]}"
+    name = f"{prefix}{uuid.uuid4().hex[:8]}"
     try:
         with admin.connect() as connection:
             connection.execute(text(f'CREATE DATABASE "{name}"'))
@@ -28,6 +28,12 @@ def postgres_url() -> Iterator[str]:
     with admin.connect() as connection:
         connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
     admin.dispose()
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A fresh PostgreSQL database for this test session, dropped afterwards."""
+    yield from fresh_postgres_database("ragkb_test_")
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

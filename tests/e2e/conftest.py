@@ -96,6 +96,19 @@ class RunningRagkb(PrivateStack):
         body: dict[str, Any] = response.json()
         return body
 
+    def create_kb_with_texts(self, name: str, texts: dict[str, tuple[str, str]]) -> str:
+        """A new KB holding these text documents (source id → (title, text)), each `done`."""
+        kb_id = self.create_kb(name)
+        document_ids = []
+        for source_id, (title, text) in texts.items():
+            body = {"source_id": source_id, "title": title, "text": text}
+            response = self.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body)
+            assert response.status_code == 202, response.text
+            document_ids.append(response.json()["id"])
+        for document_id in document_ids:
+            assert self.wait_document(kb_id, document_id)["status"] == "done"
+        return kb_id
+
     def wait_document(self, kb_id: str, document_id: str, timeout_s: float = 300) -> dict[str, Any]:
         path = f"/v1/knowledge-bases/{kb_id}/documents/{document_id}"
         document = wait_until_ended(lambda: self.client.get(path).json(), timeout_s, POLL_S)

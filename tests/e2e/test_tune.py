@@ -63,16 +63,7 @@ POOR_SETTINGS = {
 
 @pytest.fixture(scope="module")
 def kb_id(ragkb: RunningRagkb) -> str:
-    kb_id = ragkb.create_kb("tuning")
-    document_ids = []
-    for source_id, (title, text) in DOCS.items():
-        body = {"source_id": source_id, "title": title, "text": text}
-        response = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body)
-        assert response.status_code == 202, response.text
-        document_ids.append(response.json()["id"])
-    for document_id in document_ids:
-        assert ragkb.wait_document(kb_id, document_id)["status"] == "done"
-    return kb_id
+    return ragkb.create_kb_with_texts("tuning", DOCS)
 
 
 @pytest.fixture(scope="module")

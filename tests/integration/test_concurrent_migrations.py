@@ -3,18 +3,15 @@ Kubernetes rollout) all succeed: the migration is serialised by an advisory lock
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy import inspect, text
 
 from ragkb_core.settings import DatabaseSettings
 from ragkb_store.db.engine import build_engine, migrate_to_head
-from tests.conftest import POSTGRES_ADMIN_URL
+from tests.conftest import fresh_postgres_database
 
 pytestmark = pytest.mark.integration
 MIGRATORS = 4
@@ -22,17 +19,7 @@ MIGRATORS = 4
 
 @pytest.fixture
 def fresh_postgres() -> Iterator[str]:
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"ragkb_migrate_{uuid.uuid4().hex[:8]}"
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as exc:
-        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL}: {exc.orig}")
-    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    yield from fresh_postgres_database("ragkb_migrate_")
 
 
 def test_concurrent_migrations_of_a_fresh_database_all_succeed(fresh_postgres: str) -> None:

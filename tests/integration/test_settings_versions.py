@@ -3,21 +3,19 @@ history with its settings, each change takes the next number, a revert is a vers
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import create_engine, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import IntegrityError, OperationalError
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
 from ragkb_core.settings import DatabaseSettings
 from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to, migrate_to_head, transaction
 from ragkb_store.db.models import KnowledgeBase, SettingsVersion
 from ragkb_store.settings_versions import Change, change_retrieval, current_version, list_versions, record_created
 from ragkb_store.states import SettingsOrigin
-from tests.conftest import POSTGRES_ADMIN_URL
+from tests.conftest import fresh_postgres_database
 
 pytestmark = pytest.mark.integration
 
@@ -28,17 +26,7 @@ def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'ragkb.db'}"
         return
-    admin = create_engine(POSTGRES_ADMIN_URL, isolation_level="AUTOCOMMIT")
-    name = f"ragkb_versions_{uuid.uuid4().hex[:8]}"
-    try:
-        with admin.connect() as connection:
-            connection.execute(text(f'CREATE DATABASE "{name}"'))
-    except OperationalError as exc:
-        pytest.skip(f"PostgreSQL is not reachable at {POSTGRES_ADMIN_URL}: {exc.orig}")
-    yield make_url(POSTGRES_ADMIN_URL).set(database=name).render_as_string(hide_password=False)
-    with admin.connect() as connection:
-        connection.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    admin.dispose()
+    yield from fresh_postgres_database("ragkb_versions_")
 
 
 def test_the_migration_makes_each_existing_kbs_settings_its_version_1(fresh_url: str) -> None:
