@@ -6,10 +6,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
+from typing import Any
 
+import sqlalchemy
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -26,7 +28,7 @@ def build_engine(settings: DatabaseSettings) -> Engine:
         return _sqlite_engine(settings)
     # pool_timeout: a request waits at most this long for a pooled connection, then fails (503) instead
     # of queueing forever; connect_timeout: an unreachable server fails a connect in seconds, not minutes.
-    return create_engine(
+    return _create_engine(
         url,
         echo=settings.echo,
         pool_pre_ping=True,
@@ -35,12 +37,19 @@ def build_engine(settings: DatabaseSettings) -> Engine:
     )
 
 
+def _create_engine(url: sqlalchemy.URL, **options: Any) -> Engine:
+    """`sqlalchemy.create_engine` looked up when called, not imported: OpenTelemetry's SQLAlchemy instrumentation
+    (ragkb_telemetry.tracing, started in each process before its engines are built) replaces the module's
+    function, and a name imported before that would build engines whose statements are never traced."""
+    return sqlalchemy.create_engine(url, **options)
+
+
 def _sqlite_engine(settings: DatabaseSettings) -> Engine:
     url = make_url(settings.url)
     if url.database and url.database != ":memory:":
         Path(url.database).parent.mkdir(parents=True, exist_ok=True)
     # api and worker are separate processes writing one file: wait for locks instead of failing at once.
-    engine = create_engine(url, echo=settings.echo, connect_args={"timeout": 30})
+    engine = _create_engine(url, echo=settings.echo, connect_args={"timeout": 30})
     event.listen(engine, "connect", partial(_sqlite_pragmas, synchronous=settings.sqlite_synchronous))
     return engine
 
