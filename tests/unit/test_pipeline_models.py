@@ -18,7 +18,7 @@ from ragkb_core.contracts import DocumentPoints
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_core.settings import AnalyzerSettings, LimitSettings
 from ragkb_store.blobs import BlobStore
-from ragkb_store.ledger import Claim
+from ragkb_store.ledger import BuiltVersion, Claim, FinishedVersions
 from ragkb_worker.pipeline import EmbeddingModelChanged, IngestPipeline
 
 TEXT = "Bicycles are parked in the underground garage behind gate B. The garage opens at six."
@@ -54,12 +54,9 @@ class FakeLedger:
             return dataclasses.replace(claim, embedding_model=self.model_after_first_renewal)
         return claim
 
-    def finish(self, claim: Claim, *args: object, **kwargs: object) -> bool:
-        self.finished.append(claim)
-        return True
-
-    def text_sha256_of(self, document_id: str) -> None:
-        return None
+    def finish_many(self, builds: list[BuiltVersion]) -> FinishedVersions:
+        self.finished.extend(built.claim for built in builds)
+        return FinishedVersions({built.claim.document_id for built in builds}, {})
 
     def unreferenced_blobs(self, shas: set[str]) -> set[str]:
         return set()

@@ -59,6 +59,12 @@ class DocumentPoints(BaseModel):
     chunks: list[ChunkPoint]
 
 
+class DocumentBatch(BaseModel):
+    """Several documents of one KB written in one call (worker → retriever): short documents built together."""
+
+    documents: list[DocumentPoints] = Field(min_length=1)
+
+
 class KbIndexInfo(BaseModel):
     """What the retriever built for a KB: recorded on the KB so that a later change needs a re-index (the
     analyzer is the KB's own setting, chosen by the api, not by the index)."""

@@ -13,6 +13,7 @@ from ragkb_core.contracts import (
     AnalyzeResult,
     ContextQuery,
     ContextResult,
+    DocumentBatch,
     DocumentChunks,
     DocumentPoints,
     DocumentWriteResult,
@@ -89,6 +90,11 @@ class RetrieverClient:
         path = f"/kbs/{points.kb_id}/documents/{points.document_id}"
         data = self._call("PUT", path, json=body, params=_present(generation=generation))
         return DocumentWriteResult.model_validate(data)
+
+    def write_documents(self, kb_id: str, documents: list[DocumentPoints]) -> DocumentWriteResult:
+        """Several documents of one KB in one call and one index upsert (a batch of short documents)."""
+        body = DocumentBatch(documents=documents).model_dump(mode="json")
+        return DocumentWriteResult.model_validate(self._call("PUT", f"/kbs/{kb_id}/documents", json=body))
 
     def delete_document(
         self,

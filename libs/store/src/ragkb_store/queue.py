@@ -132,6 +132,14 @@ class IngestQueue:
         priority = bulk_priority(self._ledger.bulk_backlog(kb_id))
         enqueue_ingest(self._app, document_id, Lane.BULK, priority)
 
+    def send_again(self, document_ids: list[str]) -> list[str]:
+        """Queue documents again, each on the lane it was queued on before (an upload handed back still goes
+        ahead of imports); returns those that still exist and were sent."""
+        places = self._ledger.queue_places(document_ids)
+        for document_id, place in places.items():
+            self.send(document_id, place.kb_id, place.lane)
+        return list(places)
+
     def send_range(self, document_id: str, version: int, position: int) -> None:
         """A long document's range is a share of one big document: bulk work, so that its tens of ranges do
         not stand before other KBs' single uploads; at the bulk lane's first priority step, so that they go

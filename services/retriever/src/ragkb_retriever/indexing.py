@@ -9,6 +9,7 @@ from typing import Any, Protocol
 
 from ragkb_core.contracts import (
     ChunkPoint,
+    DocumentBatch,
     DocumentChunks,
     DocumentPoints,
     DocumentWriteResult,
@@ -81,6 +82,15 @@ class IndexService:
         # Generations of one KB may hold different models' vectors: the engine checks each one's own size.
         points = [_point(document, chunk_index) for chunk_index in range(len(document.chunks))]
         self._index.upsert(document.kb_id, points, generation=generation)
+        return DocumentWriteResult(written=len(points), deleted_old=0)
+
+    def write_documents(self, kb_id: str, batch: DocumentBatch) -> DocumentWriteResult:
+        """All chunks of several documents of one KB in one upsert."""
+        self._require_kb(kb_id)
+        if any(document.kb_id != kb_id for document in batch.documents):
+            raise InvalidInput("every document of the batch must belong to the path's knowledge base")
+        points = [_point(document, index) for document in batch.documents for index in range(len(document.chunks))]
+        self._index.upsert(kb_id, points)
         return DocumentWriteResult(written=len(points), deleted_old=0)
 
     def delete_document(

@@ -14,6 +14,7 @@ from ragkb_core.contracts import (
     AnalyzeResult,
     ContextQuery,
     ContextResult,
+    DocumentBatch,
     DocumentChunks,
     DocumentPoints,
     DocumentWriteResult,
@@ -127,6 +128,10 @@ class IndexController(Controller):
         if data.kb_id != kb_id or data.document_id != document_id:
             raise InvalidInput("the body's kb_id and document_id must match the path")
         return index_service.write_document(data, generation=generation)
+
+    @put("/{kb_id:str}/documents", sync_to_thread=True, summary="Write several documents' chunks in one upsert")
+    def write_documents(self, kb_id: KbId, data: DocumentBatch, index_service: IndexService) -> DocumentWriteResult:
+        return index_service.write_documents(kb_id, data)
 
     @delete("/{kb_id:str}/documents/{document_id:str}", status_code=204, sync_to_thread=True)
     def delete_document(

@@ -21,8 +21,7 @@ from ragkb_telemetry.multiprocess import forget_process
 from ragkb_telemetry.tasks import carry_request_id_in_tasks, observe_tasks
 from ragkb_telemetry.tracing import start_tracing
 from ragkb_worker.health import start_health_server
-from ragkb_worker.long_documents import SendRange
-from ragkb_worker.runtime import build_runtime
+from ragkb_worker.runtime import WorkerRuntime, build_runtime
 from ragkb_worker.settings import WorkerSettings
 from ragkb_worker.sweeper import Sweeper
 from ragkb_worker.tasks import register_tasks
@@ -31,18 +30,19 @@ from ragkb_worker.tasks import register_tasks
 def create_worker_app(settings: WorkerSettings) -> Celery:
     app = make_celery(settings.redis)
     # Built on the first task in each worker process (after fork), then reused: models load once per process.
-    runtime = functools.cache(
-        lambda: build_runtime(settings, functools.partial(enqueue_finish_reindex, app), _range_sender(settings, app))
-    )
+    runtime = functools.cache(lambda: _build_runtime(settings, app))
     register_tasks(app, settings.tasks, runtime)
     observe_worker_processes()
     return app
 
 
-def _range_sender(settings: WorkerSettings, app: Celery) -> SendRange:
-    """A long document's ranges go through the same queue rules as documents (IngestQueue.send_range)."""
+def _build_runtime(settings: WorkerSettings, app: Celery) -> WorkerRuntime:
+    # A long document's ranges, and documents handed back by a batch, go through the same queue rules as
+    # uploads (IngestQueue).
     ledger = DocumentLedger(build_session_factory(build_engine(settings.database)), settings.tasks.lease_s)
-    return IngestQueue(app, ledger, settings.jobs.fair_queueing).send_range
+    queue = IngestQueue(app, ledger, settings.jobs.fair_queueing)
+    finish_reindex = functools.partial(enqueue_finish_reindex, app)
+    return build_runtime(settings, finish_reindex, queue.send_range, queue.send_again)
 
 
 def observe_worker_processes() -> None:

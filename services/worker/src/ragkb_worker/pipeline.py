@@ -1,4 +1,5 @@
-"""Ingest one document: read blob → parse → chunk → embed → analyse → write to the retriever → mark done."""
+"""Ingest a document, or a batch of short ones: read blob → parse → chunk → embed → analyse → write to the
+retriever → mark done."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Protocol
 
@@ -20,7 +21,7 @@ from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
 from ragkb_store.blobs import BlobStore
-from ragkb_store.ledger import Claim, DocumentLedger
+from ragkb_store.ledger import BuiltVersion, Claim, DocumentLedger
 from ragkb_worker.chunking import Chunk, Chunker, Tokenizer
 from ragkb_worker.parsing import parse
 
@@ -74,6 +75,26 @@ class StageClock:
             yield
         finally:
             self.seconds[name] = round(self.seconds.get(name, 0.0) + time.perf_counter() - started, 4)
+
+
+@dataclass(frozen=True)
+class PreparedDocument:
+    """A claimed document parsed and chunked, waiting for the model."""
+
+    claim: Claim
+    chunks: list[Chunk]
+    report: dict[str, object]
+    text: str
+    clock: StageClock
+
+
+@dataclass
+class BatchOutcome:
+    """What became of each document of a batch: an outcome, or the error that stopped it alone (its failure
+    policy is the caller's: ragkb_worker.tasks)."""
+
+    outcomes: list[IngestOutcome] = field(default_factory=list)
+    failed: list[tuple[Claim, Exception]] = field(default_factory=list)
 
 
 class IngestPipeline:
@@ -135,6 +156,102 @@ class IngestPipeline:
         text_sha = self._blobs.put(text.encode("utf-8"))
         return self.publisher.settle(current, len(chunks), clock.seconds, report, text_sha)
 
+    def run_batch(self, claims: list[Claim]) -> BatchOutcome:
+        """Build several short documents of one KB together: each parsed and chunked alone (its bad input fails it
+        alone), then all their chunks through the model in token-sized runs (ragkb_models: sorted by length, so a
+        run pads little), one index write, and one commit that makes them live. An error of a shared step (the
+        model, the index write, the database) is raised: the batch as a whole did not happen."""
+        batch = BatchOutcome()
+        heartbeat = partial(self._ledger.renew_many, claims)
+        prepared: list[PreparedDocument] = []
+        for claim in claims:
+            try:
+                document = self._prepared(claim, heartbeat)
+                # A small file of many pages is still a long document: its ranges go to every free process.
+                split = self._split(document)
+            except Exception as exc:  # this document's own input or state: it alone fails (or is retried)
+                batch.failed.append((claim, exc))
+                continue
+            if split is not None:
+                batch.outcomes.append(split)
+            else:
+                prepared.append(document)
+        prepared = self._same_settings_as_first(prepared, batch)
+        if not prepared:
+            return batch
+        first = prepared[0].claim
+        bm25 = self._bm25_for(first.analyzer)
+        encoder = self._encoder_for(first.embedding_model)
+        started = time.perf_counter()
+        texts = [embedding_text(document.claim.title, chunk) for document in prepared for chunk in document.chunks]
+        titles = [document.claim.title for document in prepared for _ in document.chunks]
+        dense = embed_batch_in_slices(texts, encoder, partial(self._ledger.renew_many, claims))
+        sparse = [bm25.encode_document(text, title) for text, title in zip(texts, titles, strict=True)]
+        _share_seconds(prepared, "embed", time.perf_counter() - started)
+        current = self._ledger.renew_many(document.claim for document in prepared)
+        builds: list[tuple[PreparedDocument, DocumentPoints]] = []
+        first_chunk = 0
+        for document in prepared:
+            count = len(document.chunks)
+            span = slice(first_chunk, first_chunk + count)
+            first_chunk += count
+            renewed = current.get(document.claim.document_id)
+            if renewed is None:
+                batch.outcomes.append(IngestOutcome(document.claim.document_id, "superseded"))
+                continue
+            try:
+                check_same_model(document.claim, renewed)
+            except EmbeddingModelChanged as exc:
+                batch.failed.append((document.claim, exc))
+                continue
+            points = document_points(renewed, document.chunks, dense[span], sparse[span], bm25.version)
+            builds.append((replace(document, claim=renewed), points))
+        if builds:
+            batch.outcomes.extend(self._write_and_settle(builds))
+        return batch
+
+    def _split(self, document: PreparedDocument) -> IngestOutcome | None:
+        if self._splitter is None:
+            return None
+        return self._splitter.split(document.claim, document.chunks, document.report, document.text, document.clock)
+
+    def _prepared(self, claim: Claim, heartbeat: Callable[[], object]) -> PreparedDocument:
+        clock = StageClock()
+        chunks, report, text = self._prepare(claim, clock, heartbeat=heartbeat)
+        return PreparedDocument(claim, chunks, report, text, clock)
+
+    @staticmethod
+    def _same_settings_as_first(prepared: list[PreparedDocument], batch: BatchOutcome) -> list[PreparedDocument]:
+        """The documents that share the first one's model and analyzer: one KB's, unless a re-index switched them
+        between two claims (those are built again, with the new ones)."""
+        if not prepared:
+            return prepared
+
+        def settings(document: PreparedDocument) -> tuple[str, KbAnalyzer]:
+            return document.claim.embedding_model, document.claim.analyzer
+
+        same = [document for document in prepared if settings(document) == settings(prepared[0])]
+        changed = EmbeddingModelChanged("the knowledge base's model or analyzer changed while it was built")
+        batch.failed.extend((document.claim, changed) for document in prepared if document not in same)
+        return same
+
+    def _write_and_settle(self, builds: list[tuple[PreparedDocument, DocumentPoints]]) -> list[IngestOutcome]:
+        started = time.perf_counter()
+        self._retriever.write_documents(builds[0][1].kb_id, [points for _, points in builds])
+        documents = [document for document, _ in builds]
+        _share_seconds(documents, "index", time.perf_counter() - started)
+        versions = [
+            BuiltVersion(
+                document.claim,
+                len(document.chunks),
+                document.clock.seconds,
+                document.report,
+                self._blobs.put(document.text.encode("utf-8")),
+            )
+            for document in documents
+        ]
+        return self.publisher.settle_many(versions)
+
     def build_into(self, claim: Claim, generation: int) -> int:
         """Build the claim's version, with the claim's settings, into an index generation that does not serve
         yet (a re-index): no lease and no ledger, the live document is left as it is. Returns its chunk count."""
@@ -191,19 +308,28 @@ class VersionPublisher:
         """Make this version live, or withdraw its points if a newer version arrived while it was built.
         The extracted text (stored as `text_sha`) is kept for the agent tools (read_file, grep_files) with the
         live version."""
-        replaced_text = self._ledger.text_sha256_of(claim.document_id)
-        if self._ledger.finish(claim, chunk_count, timings, report, text_sha):
-            # A first version has no earlier version's points to drop (a document's id is new with the document
-            # and its versions only go up), and the call was one more retriever round trip per new document.
-            if claim.version > FIRST_VERSION:
-                self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
-            self.delete_unreferenced({replaced_text} - {None, text_sha})
-            return IngestOutcome(claim.document_id, "done", chunk_count, timings)
-        self.delete_unreferenced({text_sha})
-        self._retriever.delete_document(claim.kb_id, claim.document_id, only_version=claim.version)
-        if not self._ledger.exists(claim.document_id):
-            self._retriever.delete_document(claim.kb_id, claim.document_id)
-        return IngestOutcome(claim.document_id, "superseded")
+        return self.settle_many([BuiltVersion(claim, chunk_count, timings, report, text_sha)])[0]
+
+    def settle_many(self, versions: list[BuiltVersion]) -> list[IngestOutcome]:
+        """`settle` for several versions, made live in one commit."""
+        result = self._ledger.finish_many(versions)
+        outcomes = []
+        for built in versions:
+            claim = built.claim
+            if claim.document_id in result.finished:
+                # A first version has no earlier version's points to drop (a document's id is new with the
+                # document and its versions only go up), and the call was one more retriever round trip.
+                if claim.version > FIRST_VERSION:
+                    self._retriever.delete_document(claim.kb_id, claim.document_id, keep_version=claim.version)
+                self.delete_unreferenced({result.replaced_texts.get(claim.document_id)} - {None, built.text_sha256})
+                outcomes.append(IngestOutcome(claim.document_id, "done", built.chunk_count, built.timings))
+                continue
+            self.delete_unreferenced({built.text_sha256})
+            self._retriever.delete_document(claim.kb_id, claim.document_id, only_version=claim.version)
+            if not self._ledger.exists(claim.document_id):
+                self._retriever.delete_document(claim.kb_id, claim.document_id)
+            outcomes.append(IngestOutcome(claim.document_id, "superseded"))
+        return outcomes
 
     def withdraw(self, claim: Claim) -> None:
         """Remove the points of a version that will not go live (it failed, or another replaced it) — unless
@@ -254,6 +380,27 @@ def embed_in_slices(
         dense_parts.append(encoder.embed_passages(piece))
         sparse.extend(bm25.encode_document(text, title) for text in piece)
     return np.concatenate(dense_parts), sparse
+
+
+def embed_batch_in_slices(
+    texts: list[str], encoder: PassageEncoder, renew: Callable[[], object]
+) -> NDArray[np.float32]:
+    """Dense vectors of a batch's chunks, the leases renewed between slices (a batch is as long as a document
+    of as many chunks)."""
+    parts = []
+    for start in range(0, len(texts), EMBED_SLICE):
+        if start:
+            renew()
+        parts.append(encoder.embed_passages(texts[start : start + EMBED_SLICE]))
+    return np.concatenate(parts)
+
+
+def _share_seconds(documents: list[PreparedDocument], stage: str, seconds: float) -> None:
+    """A shared stage's time, recorded on each document of the batch in proportion to its chunks."""
+    chunks = sum(len(document.chunks) for document in documents) or 1
+    for document in documents:
+        share = seconds * len(document.chunks) / chunks
+        document.clock.seconds[stage] = round(document.clock.seconds.get(stage, 0.0) + share, 4)
 
 
 def embedding_text(title: str, chunk: Chunk) -> str:

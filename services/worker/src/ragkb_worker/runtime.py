@@ -24,6 +24,7 @@ from ragkb_worker.pipeline import IngestPipeline
 from ragkb_worker.quality_gate import QualityGate
 from ragkb_worker.reindexing import Reindexer
 from ragkb_worker.settings import WorkerSettings
+from ragkb_worker.tasks import Ingest
 from ragkb_worker.tuning import Tuner
 
 
@@ -36,10 +37,14 @@ class WorkerRuntime:
     kb_deleter: KbDeleter
     tuner: Tuner
     long_documents: LongDocuments
+    ingest: Ingest
 
 
 def build_runtime(
-    settings: WorkerSettings, enqueue_finish_reindex: Callable[[str], None], send_range: SendRange
+    settings: WorkerSettings,
+    enqueue_finish_reindex: Callable[[str], None],
+    send_range: SendRange,
+    send_again: Callable[[list[str]], object],
 ) -> WorkerRuntime:
     sessions = build_session_factory(build_engine(settings.database))
     retriever = RetrieverClient(settings.retriever, settings.service_token)
@@ -77,4 +82,5 @@ def build_runtime(
         kb_deleter=KbDeleter(sessions, retriever, blobs),
         tuner=Tuner(sessions, retriever),
         long_documents=long_documents,
+        ingest=Ingest(ledger, pipeline, settings.batching, send_again),
     )

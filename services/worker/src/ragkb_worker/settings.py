@@ -52,6 +52,20 @@ class TaskSettings(BaseModel):
     nice: int = Field(default=10, ge=0, le=19)
 
 
+class BatchSettings(BaseModel):
+    """Short documents built together (ragkb_worker.tasks.run_ingest): a task that claims a document also claims
+    up to `documents` − 1 more pending ones of the same KB and lane, and builds them in one model call, one
+    index write and one commit. Each document still succeeds or fails alone, with its own reason."""
+
+    # Documents per batch (1: every document alone). A short document's fixed costs (its claim, finish and
+    # index write, each a database commit or an HTTP call) were ~45 % of a task process's time against the
+    # model's 55 % (bench/ingest_profile.py); a batch pays them once.
+    documents: int = Field(default=16, ge=1, le=256)
+    # Only originals up to this size join a batch (as companion or as the one claiming): a large file is built
+    # alone, so that small documents are not held behind its minutes of parsing and embedding.
+    max_document_bytes: int = Field(default=256 * 1024, ge=1)
+
+
 class LongDocumentSettings(BaseModel):
     """Long documents in parallel (ragkb_worker.long_documents)."""
 
@@ -91,6 +105,8 @@ class WorkerSettings(BaseSettings):
     tasks: TaskSettings = Field(default_factory=TaskSettings)
     # A long PDF, DOCX or PPTX built in page ranges on every free task process (RAGKB_LONG_DOCUMENTS__*).
     long_documents: LongDocumentSettings = Field(default_factory=LongDocumentSettings)
+    # Short documents built in batches (RAGKB_BATCHING__DOCUMENTS, RAGKB_BATCHING__MAX_DOCUMENT_BYTES).
+    batching: BatchSettings = Field(default_factory=BatchSettings)
     jobs: JobSettings = Field(default_factory=JobSettings)
     service_token: SecretStr | None = Field(default=None, description=SERVICE_TOKEN_DESCRIPTION)
     # Log lines: console or JSON (RAGKB_LOG__FORMAT), and their level.

@@ -51,9 +51,7 @@ class Sweeper:
         if self._queue_is_empty():
             requeued += self._ledger.pending_older_than(timedelta(seconds=self._settings.pending_requeue_after_s))
         requeued = list(dict.fromkeys(requeued + lost))
-        # Each on the lane it was queued on before: an upload lost with its worker still goes ahead of imports.
-        for document_id, place in self._ledger.queue_places(requeued).items():
-            self._queue.send(document_id, place.kb_id, place.lane)
+        self._queue.send_again(requeued)
         self._resent_to_broker.update(lost)  # only once sent: a send that failed is tried again next time
         if requeued:
             _log.info("re-queued %d documents: %s", len(requeued), ", ".join(requeued[:10]))

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery, Task
 
@@ -15,11 +16,13 @@ from ragkb_store.ledger import Claim, DocumentLedger
 from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, INGEST_RANGE, REINDEX_DOCUMENT, TUNE_KB
 from ragkb_telemetry import metrics
 from ragkb_telemetry.metrics import observe_stage_seconds
-from ragkb_worker.failures import run_with_policy
+from ragkb_worker.failures import failure_reason, is_transient, run_with_policy
 from ragkb_worker.long_documents import LongDocuments
 from ragkb_worker.pipeline import IngestOutcome, IngestPipeline
-from ragkb_worker.runtime import WorkerRuntime
-from ragkb_worker.settings import TaskSettings
+from ragkb_worker.settings import BatchSettings, TaskSettings
+
+if TYPE_CHECKING:  # the runtime builds an Ingest of this module: imported for the annotation only
+    from ragkb_worker.runtime import WorkerRuntime
 
 _log = logging.getLogger("ragkb.worker")
 
@@ -40,7 +43,7 @@ def register_tasks(app: Celery, settings: TaskSettings, runtime: Callable[[], Wo
     @app.task(name=INGEST_DOCUMENT, **redeliverable)  # type: ignore[untyped-decorator]
     def ingest_document(self: Task, document_id: str) -> dict[str, Any]:
         current = runtime()
-        return run_ingest(self, current.ledger, current.pipeline, document_id, settings.max_retries)
+        return run_ingest(self, current.ingest, document_id, settings.max_retries)
 
     @app.task(name=INGEST_RANGE, **redeliverable)  # type: ignore[untyped-decorator]
     def ingest_range(self: Task, document_id: str, version: int, position: int) -> dict[str, Any]:
@@ -101,24 +104,39 @@ def register_tasks(app: Celery, settings: TaskSettings, runtime: Callable[[], Wo
         return {"job_id": job_id, "status": status}
 
 
-def run_ingest(
-    task: Task, ledger: DocumentLedger, pipeline: IngestPipeline, document_id: str, max_retries: int
-) -> dict[str, Any]:
-    claim = ledger.claim(document_id)
+@dataclass(frozen=True)
+class Ingest:
+    """What an ingest task works with: the ledger, the pipeline, how many short documents it builds together
+    (`batching`), and how a document handed back goes to the queue again (`send_again`)."""
+
+    ledger: DocumentLedger
+    pipeline: IngestPipeline
+    batching: BatchSettings
+    send_again: Callable[[list[str]], object]
+
+
+def run_ingest(task: Task, ingest: Ingest, document_id: str, max_retries: int) -> dict[str, Any]:
+    claim = ingest.ledger.claim(document_id)
     if claim is None:
         return {"document_id": document_id, "status": "skipped"}
+    batching = ingest.batching
+    companions = ingest.ledger.claim_companions(claim, batching.documents - 1, batching.max_document_bytes)
+    if companions:
+        return run_batch(task, ingest, claim, companions, max_retries)
+    return run_alone(task, ingest, claim, max_retries)
+
+
+def run_alone(task: Task, ingest: Ingest, claim: Claim, max_retries: int) -> dict[str, Any]:
+    """One claimed document under the failure policy: retried after a transient error, else failed."""
+    document_id = claim.document_id
 
     def ingested() -> dict[str, Any]:
-        outcome = pipeline.run(claim)
-        _log.info("document %s v%d: %s (%d chunks)", document_id, claim.version, outcome.status, outcome.chunks)
-        if outcome.status == "done":
-            record_ingested(claim.kb_id, outcome)
+        outcome = ingest.pipeline.run(claim)
+        _log_outcome(claim, outcome)
         return {"document_id": document_id, "status": outcome.status, "chunks": outcome.chunks}
 
     def failed(reason: str) -> dict[str, Any]:
-        ledger.fail(claim, reason)
-        metrics.documents_failed.labels(kb_id=claim.kb_id).inc()
-        _log.warning("document %s v%d failed: %s", document_id, claim.version, reason)
+        fail_document(ingest.ledger, claim, reason)
         return {"document_id": document_id, "status": "failed", "error": reason}
 
     with request_context.bound(kb=claim.kb_id, document=document_id):
@@ -128,8 +146,59 @@ def run_ingest(
             doing="ingesting",
             max_retries=max_retries,
             on_failure=failed,
-            on_retry=lambda reason: ledger.release_for_retry(claim, reason),
+            on_retry=lambda reason: ingest.ledger.release_for_retry(claim, reason),
         )
+
+
+def run_batch(task: Task, ingest: Ingest, claim: Claim, companions: list[Claim], max_retries: int) -> dict[str, Any]:
+    """The claimed document and its companions built together. A document whose own input or state stopped it
+    fails alone, or, when its error is transient, goes back to the queue; if a shared step fails (the model, the
+    index write, the database), the companions go back to the queue and the claimed document goes on alone under
+    the failure policy: each batch settles at least one document, and none is lost or built twice."""
+    claims = [claim, *companions]
+    with request_context.bound(kb=claim.kb_id, document=claim.document_id):
+        try:
+            batch = ingest.pipeline.run_batch(claims)
+        except Exception as exc:
+            _log.warning(
+                "a batch of %d documents failed as a whole (%s): each goes on alone", len(claims), type(exc).__name__
+            )
+            hand_back(ingest, companions, f"its batch failed ({type(exc).__name__}); it is built alone")
+            return run_alone(task, ingest, claim, max_retries)
+    for outcome in batch.outcomes:
+        _log_outcome(next(c for c in claims if c.document_id == outcome.document_id), outcome)
+    for failed_claim, error in batch.failed:
+        settle_document_error(ingest, failed_claim, error, max_retries)
+    statuses = {outcome.document_id: outcome.status for outcome in batch.outcomes}
+    return {"document_id": claim.document_id, "status": statuses.get(claim.document_id, "failed"), "batch": len(claims)}
+
+
+def settle_document_error(ingest: Ingest, claim: Claim, exc: Exception, max_retries: int) -> None:
+    """One document of a batch stopped by its own error: back to the queue when the error is transient and the
+    document has tries left (its attempts count each claim), else failed with the reason."""
+    reason = failure_reason(exc, "ingesting")
+    if is_transient(exc) and claim.attempt <= max_retries:
+        hand_back(ingest, [claim], reason)
+        return
+    fail_document(ingest.ledger, claim, reason)
+
+
+def hand_back(ingest: Ingest, claims: list[Claim], reason: str) -> None:
+    for claim in claims:
+        ingest.ledger.release_for_retry(claim, reason)
+    ingest.send_again([claim.document_id for claim in claims])
+
+
+def fail_document(ledger: DocumentLedger, claim: Claim, reason: str) -> None:
+    ledger.fail(claim, reason)
+    metrics.documents_failed.labels(kb_id=claim.kb_id).inc()
+    _log.warning("document %s v%d failed: %s", claim.document_id, claim.version, reason)
+
+
+def _log_outcome(claim: Claim, outcome: IngestOutcome) -> None:
+    _log.info("document %s v%d: %s (%d chunks)", claim.document_id, claim.version, outcome.status, outcome.chunks)
+    if outcome.status == "done":
+        record_ingested(claim.kb_id, outcome)
 
 
 def run_range(

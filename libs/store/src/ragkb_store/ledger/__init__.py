@@ -5,10 +5,12 @@ A test keeps status writes out of every other module."""
 
 from ragkb_store.ledger.documents import (
     EVERY_DOCUMENT,
+    BuiltVersion,
     ChangedFields,
     Claim,
     DocumentLedger,
     DocumentScope,
+    FinishedVersions,
     LaneCounts,
     NewVersion,
     QueuePlace,
@@ -19,10 +21,12 @@ from ragkb_store.ledger.documents import (
 
 __all__ = [
     "EVERY_DOCUMENT",
+    "BuiltVersion",
     "ChangedFields",
     "Claim",
     "DocumentLedger",
     "DocumentScope",
+    "FinishedVersions",
     "LaneCounts",
     "NewVersion",
     "QueuePlace",

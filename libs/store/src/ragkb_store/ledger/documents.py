@@ -154,6 +154,26 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class BuiltVersion:
+    """A claimed version built and written to the index, ready to go live."""
+
+    claim: Claim
+    chunk_count: int
+    timings: dict[str, float]
+    report: dict[str, Any]
+    text_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class FinishedVersions:
+    """What `finish_many` did: the documents whose version went live, and the extracted text each one had
+    before (to delete when no longer referenced)."""
+
+    finished: set[str]
+    replaced_texts: dict[str, str | None]
+
+
+@dataclass(frozen=True)
 class ChangedFields:
     """A document after a PATCH; `requeued` when its original was queued again (a new title to index)."""
 
@@ -353,6 +373,75 @@ class DocumentLedger:
                 return None
             return _claim_of(session, session.get_one(Document, claim.document_id, populate_existing=True))
 
+    def claim_companions(self, claim: Claim, limit: int, max_bytes: int) -> list[Claim]:
+        """Claim up to `limit` more pending documents of `claim`'s KB and lane, each at most `max_bytes`, to be
+        built in one batch with it (one model call, one index write, one commit): the oldest. Each is taken
+        exactly as `claim` takes it (a compare-and-set on pending, so that two workers never both take one); its
+        own queue message later finds it taken and is skipped. None for a claimed document that is itself too
+        large, or resumes a long document's split: it is built alone."""
+        if limit <= 0:
+            return []
+        now = utcnow()
+        with transaction(self._sessions) as session:
+            leader = session.get(Document, claim.document_id)
+            if leader is None or leader.size_bytes > max_bytes or leader.ranges_total:
+                return []
+            # One statement, so that workers taking companions at once share the pending documents instead of
+            # all choosing the same ones and all but one getting none: SQLite runs it under its write lock, and
+            # PostgreSQL skips the rows another worker is taking (SKIP LOCKED, the usual job-queue idiom). A CTE,
+            # evaluated once: as an IN subquery, PostgreSQL may scan it again and take more than `limit`.
+            picked = (
+                select(Document.id)
+                .where(
+                    Document.kb_id == claim.kb_id,
+                    Document.status == DocumentStatus.PENDING,
+                    Document.lane == leader.lane,
+                    Document.ranges_total == 0,
+                    Document.size_bytes <= max_bytes,
+                )
+                .order_by(Document.updated_at, Document.id)
+                .limit(limit)
+                .with_for_update(skip_locked=True)
+                .cte("picked")
+            )
+            taken = session.scalars(
+                update(Document)
+                .where(
+                    Document.id.in_(select(picked.c.id)),
+                    Document.status == DocumentStatus.PENDING,
+                    _kb_not_deleting(),
+                )
+                .values(
+                    status=DocumentStatus.PROCESSING,
+                    lease_until=now + self._lease,
+                    attempts=Document.attempts + 1,
+                    error=None,
+                )
+                .returning(Document.id)
+                .execution_options(synchronize_session=False)
+            ).all()
+            companions = []
+            for document_id in sorted(taken):
+                _mark_ingest_job(session, document_id, JobStatus.RUNNING)
+                companions.append(_claim_of(session, session.get_one(Document, document_id, populate_existing=True)))
+            return companions
+
+    def renew_many(self, claims: Iterable[Claim]) -> dict[str, Claim]:
+        """`renew` for several claims in one transaction: the current claim of each document still this worker's
+        to build (absent: stop working on it)."""
+        current: dict[str, Claim] = {}
+        with transaction(self._sessions) as session:
+            for claim in claims:
+                renewed = session.execute(
+                    update(Document)
+                    .where(Document.id == claim.document_id, Document.version == claim.version, _kb_not_deleting())
+                    .values(lease_until=utcnow() + self._lease)
+                ).rowcount  # type: ignore[attr-defined]
+                if renewed:
+                    document = session.get_one(Document, claim.document_id, populate_existing=True)
+                    current[claim.document_id] = _claim_of(session, document)
+        return current
+
     def finish(
         self,
         claim: Claim,
@@ -363,27 +452,23 @@ class DocumentLedger:
     ) -> bool:
         """Mark the claimed version live, with its extracted text. False when a newer version arrived
         meanwhile (this one is stale)."""
+        built = BuiltVersion(claim, chunk_count, timings, report, text_sha256)
+        return built.claim.document_id in self.finish_many([built]).finished
+
+    def finish_many(self, builds: Iterable[BuiltVersion]) -> FinishedVersions:
+        """Mark several claimed versions live in one transaction (a batch of documents built together): one
+        commit for all. Each is a compare-and-set on its own version, as `finish`."""
+        finished: set[str] = set()
+        replaced_texts: dict[str, str | None] = {}
         with transaction(self._sessions) as session:
-            finished = session.execute(
-                update(Document)
-                .where(Document.id == claim.document_id, Document.version == claim.version)
-                .values(
-                    status=DocumentStatus.DONE,
-                    indexed_version=claim.version,
-                    chunk_count=chunk_count,
-                    stage_timings=timings,
-                    ingest_report=report,
-                    lease_until=None,
-                    indexed_at=utcnow(),
-                    text_sha256=text_sha256,
+            for built in builds:
+                document_id = built.claim.document_id
+                replaced_texts[document_id] = session.scalar(
+                    select(Document.text_sha256).where(Document.id == document_id)
                 )
-            ).rowcount  # type: ignore[attr-defined]
-            if finished:
-                delete_split(session, claim.document_id)
-                _mark_ingest_job(session, claim.document_id, JobStatus.SUCCEEDED)
-                # A sync or retry job waiting for this document advances now, watched or not.
-                settle_items_of_document(session, claim.kb_id, claim.source_id)
-        return bool(finished)
+                if _finish(session, built):
+                    finished.add(document_id)
+        return FinishedVersions(finished, replaced_texts)
 
     def fail(self, claim: Claim, reason: str) -> None:
         """The claimed version failed for good, with a reason a user can act on."""
@@ -404,7 +489,12 @@ class DocumentLedger:
         with transaction(self._sessions) as session:
             session.execute(
                 update(Document)
-                .where(Document.id == claim.document_id, Document.version == claim.version)
+                .where(
+                    Document.id == claim.document_id,
+                    Document.version == claim.version,
+                    # A version that went live before the error (a step after its finish failed) stays live.
+                    Document.status == DocumentStatus.PROCESSING,
+                )
                 .values(status=DocumentStatus.PENDING, error=f"retrying: {reason}", lease_until=None)
             )
 
@@ -479,10 +569,6 @@ class DocumentLedger:
         with self._sessions() as session:
             return session.scalar(select(Document.indexed_version).where(Document.id == document_id))
 
-    def text_sha256_of(self, document_id: str) -> str | None:
-        with self._sessions() as session:
-            return session.scalar(select(Document.text_sha256).where(Document.id == document_id))
-
     def exists(self, document_id: str) -> bool:
         with self._sessions() as session:
             return session.get(Document, document_id) is not None
@@ -535,6 +621,30 @@ def _restored_document(kb_id: str, restored: RestoredDocument) -> Document:
         error=None if restored.indexed else restored.error,
         indexed_at=indexed_at,
     )
+
+
+def _finish(session: Session, built: BuiltVersion) -> bool:
+    claim = built.claim
+    finished = session.execute(
+        update(Document)
+        .where(Document.id == claim.document_id, Document.version == claim.version)
+        .values(
+            status=DocumentStatus.DONE,
+            indexed_version=claim.version,
+            chunk_count=built.chunk_count,
+            stage_timings=built.timings,
+            ingest_report=built.report,
+            lease_until=None,
+            indexed_at=utcnow(),
+            text_sha256=built.text_sha256,
+        )
+    ).rowcount  # type: ignore[attr-defined]
+    if finished:
+        delete_split(session, claim.document_id)
+        _mark_ingest_job(session, claim.document_id, JobStatus.SUCCEEDED)
+        # A sync or retry job waiting for this document advances now, watched or not.
+        settle_items_of_document(session, claim.kb_id, claim.source_id)
+    return bool(finished)
 
 
 def _held_by_live_worker(document: Document, now: datetime) -> bool:
