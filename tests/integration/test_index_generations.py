@@ -322,6 +322,24 @@ def test_a_reindex_through_the_internal_api(client: RetrieverClient) -> None:
     assert client.generations(KB).model_dump() == {"live": 2, "all": [2]}
 
 
+@pytest.mark.filterwarnings("ignore::litestar.exceptions.LitestarDeprecationWarning")
+def test_a_batch_of_documents_is_written_in_one_call(client: RetrieverClient) -> None:
+    client.create_kb(KB)
+    batch = [_document(DOCUMENT_IDS["old"], 4), _document(DOCUMENT_IDS["new"], 3)]
+    assert client.write_documents(KB, batch).written == 7
+    assert (client.count_points(KB, DOCUMENT_IDS["old"]), client.count_points(KB, DOCUMENT_IDS["new"])) == (4, 3)
+    # The same batch again replaces the same points: chunk ids are deterministic.
+    client.write_documents(KB, batch)
+    assert client.count_points(KB) == 7
+
+    stranger = _document(DOCUMENT_IDS["late"], 1).model_copy(update={"kb_id": "9f3b" * 8})
+    with pytest.raises(InvalidInput, match="must belong"):
+        client.write_documents(KB, [_document(DOCUMENT_IDS["late"], 1), stranger])
+    with pytest.raises(InvalidInput):
+        client.write_documents(KB, [_document(DOCUMENT_IDS["late"], 1), _document(DOCUMENT_IDS["late"], 1, dim=3)])
+    assert client.count_points(KB, DOCUMENT_IDS["late"]) == 0
+
+
 # -- searching a given generation (the re-index quality gate) -------------------------------------
 
 

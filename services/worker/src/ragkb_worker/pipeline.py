@@ -179,6 +179,8 @@ class IngestPipeline:
         prepared = self._same_settings_as_first(prepared, batch)
         if not prepared:
             return batch
+        for document in prepared:  # for operators: how many documents shared this one's model call and write
+            document.report["batch_documents"] = len(prepared)
         first = prepared[0].claim
         bm25 = self._bm25_for(first.analyzer)
         encoder = self._encoder_for(first.embedding_model)
