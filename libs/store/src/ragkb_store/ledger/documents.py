@@ -338,11 +338,16 @@ class DocumentLedger:
         """Take the document for processing; None when it is done, gone, held by a live worker, or of a KB
         being deleted (its row goes soon: building it would only be thrown away)."""
         now = utcnow()
+        claimable = or_(
+            Document.status == DocumentStatus.PENDING,
+            (Document.status == DocumentStatus.PROCESSING) & (Document.lease_until < now),
+        )
+        # Most messages of a batch import find their document already built in an earlier task's batch: a read
+        # tells so without taking the database's write lock (SQLite) for an update of no row.
+        with self._sessions() as session:
+            if session.scalar(select(Document.id).where(Document.id == document_id, claimable)) is None:
+                return None
         with transaction(self._sessions) as session:
-            claimable = or_(
-                Document.status == DocumentStatus.PENDING,
-                (Document.status == DocumentStatus.PROCESSING) & (Document.lease_until < now),
-            )
             taken = session.execute(
                 update(Document)
                 .where(Document.id == document_id, claimable, _kb_not_deleting())
