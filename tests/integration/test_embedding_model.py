@@ -9,6 +9,9 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +22,7 @@ from numpy.typing import NDArray
 
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models import E5_MODEL_NAME, Backend, Embedder, convert_e5, load_embedder
+from ragkb_models.embedder import build_embedder_files
 from ragkb_models.onnx_encoder import Precision, ensure_onnx_model
 
 pytestmark = pytest.mark.integration
@@ -231,6 +235,24 @@ def test_onnx_graphs_are_built_once(e5_folder: Path) -> None:
     for precision in precisions:
         path = ensure_onnx_model(e5_folder, precision)
         assert path.stat().st_mtime_ns == graphs[path.name]
+
+
+def test_prepare_builds_the_graph_the_services_load_and_a_second_run_rebuilds_nothing(e5_folder: Path) -> None:
+    env = {**os.environ, "RAGKB_EMBEDDING__CACHE_DIR": str(MODEL_CACHE), "RAGKB_EMBEDDING__BACKEND": "onnx"}
+    prepare = [sys.executable, "-m", "ragkb_models.prepare"]
+    subprocess.run(prepare, env=env, check=True, capture_output=True)
+    graph = e5_folder / "onnx" / "model.onnx"
+    built = graph.stat().st_mtime_ns
+    again = subprocess.run(prepare, env=env, check=True, capture_output=True, text=True)
+    assert f"{E5_MODEL_NAME} (onnx) ready in {MODEL_CACHE}" in again.stdout
+    assert graph.stat().st_mtime_ns == built
+    # What a service then loads is that graph, as it is.
+    assert ensure_onnx_model(e5_folder, "fp32") == graph and graph.stat().st_mtime_ns == built
+    assert load_embedder(e5_settings("onnx")).embed_query("warm-up")
+
+
+def test_only_the_packaged_model_has_files_to_build(minilm_settings: EmbeddingSettings) -> None:
+    assert build_embedder_files(minilm_settings) is False  # prepare loads it instead
 
 
 @pytest.fixture

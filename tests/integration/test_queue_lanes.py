@@ -1,11 +1,13 @@
 """Fair queueing on the real broker: documents recorded and sent as the api sends them (ledger + IngestQueue), taken
-by a real Celery worker consuming the two lanes as the ragkb worker does; and the sweeper sending a document
-whose worker died back to the lane it came from."""
+by a real Celery worker consuming the two lanes as the ragkb worker does; the sweeper sending a document
+whose worker died back to the lane it came from, and one whose message died with a restarted Redis at its next
+sweep."""
 
 from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -36,6 +38,7 @@ from ragkb_worker.settings import TaskSettings
 from ragkb_worker.sweeper import Sweeper
 from tests.support.in_process import migrated_sessions
 from tests.support.redis_db import HOST, PORT, private_redis_db
+from tests.support.redis_server import RedisServer, redis_server
 
 pytestmark = pytest.mark.integration
 
@@ -99,17 +102,31 @@ def lanes(database_url: str) -> Iterator[Lanes]:
         pytest.skip(f"Redis is not reachable at {HOST}:{PORT}: {exc}")
     with migrated_sessions(database_url) as sessions, private_redis_db() as broker:
         db = broker.connection_pool.connection_kwargs["db"]
-        app = make_celery(RedisSettings(url=f"redis://{HOST}:{PORT}/{db}"))
+        lanes = lanes_on(sessions, broker, f"redis://{HOST}:{PORT}/{db}")
+        yield lanes
+        lanes.app.close()
 
-        # Stands in for the ingest task: records the order documents are taken in (the pipeline is not the point).
-        @app.task(name=INGEST_DOCUMENT, shared=False)  # type: ignore[untyped-decorator]
-        def record(document_id: str) -> None:
-            broker.rpush(TAKEN, document_id)
-            broker.rpush(f"{TAKEN}:signal", 1)
 
-        ledger = DocumentLedger(sessions, lease_s=60)
-        yield Lanes(sessions, ledger, broker, app, IngestQueue(app, ledger, fair=True))
-        app.close()
+@pytest.fixture
+def restartable(database_url: str, tmp_path: Path) -> Iterator[tuple[Lanes, RedisServer]]:
+    """Lanes on a redis-server of the test's own, which it may restart (losing every message)."""
+    with migrated_sessions(database_url) as sessions, redis_server(tmp_path / "redis") as server:
+        lanes = lanes_on(sessions, server.client(), server.url)
+        yield lanes, server
+        lanes.app.close()
+
+
+def lanes_on(sessions: sessionmaker[Session], broker: redis.Redis, url: str) -> Lanes:
+    app = make_celery(RedisSettings(url=url))
+
+    # Stands in for the ingest task: records the order documents are taken in (the pipeline is not the point).
+    @app.task(name=INGEST_DOCUMENT, shared=False)  # type: ignore[untyped-decorator]
+    def record(document_id: str) -> None:
+        broker.rpush(TAKEN, document_id)
+        broker.rpush(f"{TAKEN}:signal", 1)
+
+    ledger = DocumentLedger(sessions, lease_s=60)
+    return Lanes(sessions, ledger, broker, app, IngestQueue(app, ledger, fair=True))
 
 
 def waiting(broker: redis.Redis, lane: Lane) -> list[tuple[str, int]]:
@@ -180,14 +197,54 @@ def test_the_sweeper_queues_a_document_whose_worker_died_on_its_own_lane(lanes: 
         document_id = lanes.ledger.record_version(new_version(kb_id, lane)).document.id
         assert dying.claim(document_id) is not None
         by_lane[lane] = document_id
-    sweeper = Sweeper(
+    sweeper = sweeper_of(lanes, tmp_path)
+    assert sorted(sweeper.sweep_once()) == sorted(by_lane.values())
+    assert waiting(lanes.broker, Lane.INTERACTIVE) == [(by_lane[Lane.INTERACTIVE], 0)]
+    assert waiting(lanes.broker, Lane.BULK) == [(by_lane[Lane.BULK], 0)]
+
+
+def test_a_document_sent_just_before_redis_restarted_is_sent_again_at_the_next_sweep(
+    restartable: tuple[Lanes, RedisServer], tmp_path: Path
+) -> None:
+    lanes, server = restartable
+    sweeper = sweeper_of(lanes, tmp_path)
+    kb_id = lanes.add_kb()
+    assert sweeper.sweep_once() == []  # the first broker: its message waits
+    lost = lost_in_a_restart_within_its_second(lanes, server, kb_id)
+    # Early in the next second: Redis's uptime (whole seconds, from the start's second) says 1 s, which put the
+    # start before the document and kept it waiting for the sweeps' drift or the pending re-queue (300 s).
+    sleep_until_fraction(0.1)
+    assert sorted(sweeper.sweep_once()) == sorted(lost)
+    assert sorted(waiting(lanes.broker, Lane.INTERACTIVE)) == sorted((document_id, 0) for document_id in lost)
+    assert sweeper.sweep_once() == []  # once per broker start
+
+
+def lost_in_a_restart_within_its_second(lanes: Lanes, server: RedisServer, kb_id: str) -> list[str]:
+    """Send a document at 0.3 s into a second and restart Redis within that second (a few tries on a loaded
+    machine); the documents whose message went with it (the last one among them)."""
+    lost: list[str] = []
+    for _ in range(5):
+        sleep_until_fraction(0.3)
+        second = int(time.time())
+        lost += lanes.upload(kb_id, 1, Lane.INTERACTIVE)
+        server.restart()
+        assert waiting(lanes.broker, Lane.INTERACTIVE) == []
+        if int(time.time()) == second:
+            return lost
+    raise AssertionError("Redis never restarted within the second of the upload")
+
+
+def sleep_until_fraction(fraction: float) -> None:
+    """Sleep until `fraction` of a second past a whole second of the wall clock (which Redis counts in)."""
+    time.sleep((fraction - time.time() % 1) % 1)
+
+
+def sweeper_of(lanes: Lanes, blob_root: Path) -> Sweeper:
+    return Sweeper(
         ledger=lanes.ledger,
-        blobs=BlobStore(tmp_path),
+        blobs=BlobStore(blob_root),
         queue=lanes.queue,
         redis=lanes.broker,
         settings=TaskSettings(),
         upload_wait_s=3600,
     )
-    assert sorted(sweeper.sweep_once()) == sorted(by_lane.values())
-    assert waiting(lanes.broker, Lane.INTERACTIVE) == [(by_lane[Lane.INTERACTIVE], 0)]
-    assert waiting(lanes.broker, Lane.BULK) == [(by_lane[Lane.BULK], 0)]

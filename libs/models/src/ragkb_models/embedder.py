@@ -147,6 +147,18 @@ class EmbedderPool:
         return embedder
 
 
+def build_embedder_files(settings: EmbeddingSettings) -> bool:
+    """Convert the packaged model and build its ONNX graph into the cache, as its first load would: seconds
+    once, a check of the build markers after that (a full load costs an ONNX session and seconds more at every
+    start). False for any other model: only loading it fetches what it needs."""
+    if settings.model != E5_MODEL_NAME:
+        return False
+    folder = convert_e5(settings.cache_dir)
+    if settings.backend != "torch":
+        ensure_onnx_model(folder, _ONNX_PRECISION[settings.backend])
+    return True
+
+
 def _load(settings: EmbeddingSettings) -> Embedder:
     backend: Backend = settings.backend
     if settings.model == E5_MODEL_NAME:

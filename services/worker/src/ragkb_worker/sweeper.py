@@ -6,6 +6,7 @@ import logging
 import threading
 import time
 from datetime import timedelta
+from typing import Any
 
 from redis import Redis
 
@@ -106,7 +107,7 @@ class Sweeper:
             self._broker_run_id, self._resent_to_broker = run_id, set()
         lost = [
             document_id
-            for document_id in self._ledger.pending_older_than(timedelta(seconds=uptime_s))
+            for document_id in self._ledger.pending_older_than(timedelta(seconds=broker_age_s(server)))
             if document_id not in self._resent_to_broker
         ]
         if lost:
@@ -116,3 +117,16 @@ class Sweeper:
     def _queue_is_empty(self) -> bool:
         """No message waits in either lane, at any priority."""
         return all(int(self._redis.llen(name)) == 0 for lane in Lane for name in broker_lists(lane))
+
+
+def broker_age_s(server: dict[str, Any]) -> float:
+    """How long the broker has been up, at least, from its INFO `server` section. Redis counts its uptime in
+    whole seconds of its clock from the second it started in (`uptime_in_seconds` = now's second − the start's
+    second), so `now − uptime` may lie up to a second before the start: a document pending since just before the
+    restart then looked younger than the broker, and waited until the sweeps' sub-second drift (or the pending
+    re-queue, minutes later) let it through. The end of the start's second is the bound that misses none; a
+    document sent to the new broker within that second is sent twice, which is harmless. Without
+    `server_time_usec` (an older Redis), now's place in its second is unknown: assuming its start keeps the bound
+    late enough."""
+    now_in_second_s = (int(server.get("server_time_usec", 0)) % 1_000_000) / 1_000_000
+    return float(server["uptime_in_seconds"]) - 1 + now_in_second_s
