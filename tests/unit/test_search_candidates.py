@@ -14,6 +14,7 @@ from ragkb_core.contracts import KbSearch, ScopeFilter, SearchQuery, SearchResul
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval
 from ragkb_core.settings import AnalyzerSettings
 from ragkb_retriever.index.port import IndexHit, LegResults
+from ragkb_retriever.query_vectors import QueryVectorCache
 from ragkb_retriever.reranking import RerankOutcome
 from ragkb_retriever.searching import SearchService
 
@@ -107,3 +108,33 @@ def test_merged_kbs_are_reranked_together_by_the_first_reranking_kbs_model() -> 
     # Each KB keeps its own top_k of the reranked pool; the merged answer is in the reranker's order.
     assert [hit.chunk_id for hit in result.results] == ["b9", "a5", "a0", "b0"]
     assert [hit.rerank_score for hit in result.results] == [0.97, 0.9, 0.1, 0.1]
+
+
+class CountingEncoder:
+    """Each model's query vector, counting the embeddings per model."""
+
+    def __init__(self, model: str | None, embedded: list[str | None]) -> None:
+        self._model = model
+        self._embedded = embedded
+
+    def embed_query(self, text: str) -> list[float]:
+        self._embedded.append(self._model)
+        return [1.0, 0.0] if self._model is None else [0.0, 1.0]
+
+
+def test_a_question_asked_again_is_embedded_once_per_model_through_the_service() -> None:
+    """The composition root hands the service an empty cache, which is falsy (it has a length): it must still be
+    the cache the service uses (`or` once replaced it with one that kept nothing)."""
+    embedded: list[str | None] = []
+    encoder = Bm25Encoder(Analyzer(KbAnalyzer()), AnalyzerSettings())
+    searcher = SearchService(
+        RecordingIndex({"a": ["a0"]}),  # type: ignore[arg-type]
+        lambda model: CountingEncoder(model, embedded),
+        lambda _: encoder,
+        ScriptedReranker({}),  # type: ignore[arg-type]
+        QueryVectorCache(capacity=8),
+    )
+    for model in (None, None, "other-model", "other-model", None):
+        kb = KbSearch(kb_id="a", embedding_model=model, retrieval=KbRetrieval(rerank=False))
+        searcher.search(SearchQuery(query="paid leave", knowledge_bases=[kb]))
+    assert embedded == [None, "other-model"]

@@ -45,6 +45,11 @@ search_stage_duration = Histogram(
     "rerank, assemble), by the search's mode.",
     ["stage", "mode"], buckets=STAGE_BUCKETS,
 )  # fmt: skip
+query_vector_cache = Counter(
+    "ragkb_query_vector_cache_total",
+    "Query vectors the retriever took from its cache of questions asked before (hit) or embedded (miss).",
+    ["outcome"],
+)
 api_search_stage_duration = Histogram(
     "ragkb_api_search_stage_seconds",
     "Time per stage of a search in the api (auth, kbs: access and settings, retriever: the call, total).",

@@ -19,6 +19,12 @@ def main() -> None:
         create_app(settings),
         host=settings.api.host,
         port=settings.api.port,
+        # Named, not uvicorn's "auto", which silently falls back to h11 and asyncio when these are missing and
+        # costs every request (README, Latency). Both are dependencies of this package, so a missing one is a
+        # broken install and fails the start. Fallback, where no wheel exists (uvloop has none for Windows):
+        # http="h11", loop="asyncio" behave the same, only slower.
+        http="httptools",
+        loop="uvloop",
         # Our logging, not uvicorn's; each request is logged once, with its id (ragkb_http.observability).
         log_config=None,
         access_log=False,

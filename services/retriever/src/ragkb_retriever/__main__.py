@@ -20,6 +20,10 @@ def main() -> None:
         create_app(settings),
         host=settings.retriever.host,
         port=settings.retriever.port,
+        # Named, not "auto" (which silently falls back to h11 and asyncio): why, and the fallback where no wheel
+        # exists, in ragkb_api.__main__.
+        http="httptools",
+        loop="uvloop",
         log_config=None,
         access_log=False,
         # Longer than its clients keep an idle connection (ragkb_core.retriever_client): they close it first.

@@ -15,6 +15,9 @@ from collections.abc import Callable
 import numpy as np
 from numpy.typing import NDArray
 
+from ragkb_telemetry import metrics
+from ragkb_telemetry.metrics import child
+
 Key = tuple[str | None, str]
 
 
@@ -36,11 +39,13 @@ class QueryVectorCache:
                 self._vectors.move_to_end(key)
                 self.hits += 1
         if cached is not None:
+            child(metrics.query_vector_cache, "hit").inc()
             vector: list[float] = cached.tolist()
             return vector
         # Embedded outside the lock: two threads missing the same query both embed it (same result), but a
         # slow embedding never holds up the hits of other queries.
         computed = embed()
+        child(metrics.query_vector_cache, "miss").inc()
         with self._lock:
             self.misses += 1
             if self._capacity > 0:

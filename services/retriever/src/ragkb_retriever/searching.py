@@ -127,7 +127,9 @@ class SearchService:
         self._encoder_for = encoder_for
         self._bm25_for = bm25_for
         self._rerankers = rerankers
-        self._query_vectors = query_vectors or QueryVectorCache(0)
+        # `is None`, not `or`: an empty cache has a length of 0 and is falsy, so `or` replaced the composition
+        # root's cache with one that keeps nothing, and no question was ever served from it.
+        self._query_vectors = query_vectors if query_vectors is not None else QueryVectorCache(0)
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_SEARCHES, thread_name_prefix="kb-search")
 
     def search(self, query: SearchQuery) -> SearchResult:
