@@ -141,3 +141,22 @@ def test_a_version_already_live_is_not_handed_back(ledger: DocumentLedger, sessi
     # A step after the finish failed (an old version's points not deleted): the retry policy hands it back.
     ledger.release_for_retry(claim, "the retriever did not answer")
     assert status_of(sessions, document_id) == DocumentStatus.DONE
+
+
+def test_a_slow_worker_renewing_after_its_lease_ran_out_takes_its_document_back(
+    sessions: sessionmaker[Session],
+) -> None:
+    ledger = DocumentLedger(sessions, lease_s=0)  # every lease has run out at once: a worker slowed past it
+    document_id = pending(ledger, new_kb(sessions), 1)[0]
+    claim = ledger.claim(document_id)
+    assert claim is not None
+    assert ledger.release_expired_leases() == [document_id]  # the sweeper sends it back to pending
+
+    patient = DocumentLedger(sessions, lease_s=60)
+    assert patient.renew(claim) is not None
+
+    # The message the sweeper sent finds it held: it is not built a second time beside the slow worker.
+    assert status_of(sessions, document_id) == DocumentStatus.PROCESSING
+    assert patient.claim(document_id) is None
+    patient.finish(claim, 1, {}, {})
+    assert patient.renew(claim) is None  # built: nothing left to renew

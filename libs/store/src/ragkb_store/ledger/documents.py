@@ -366,17 +366,10 @@ class DocumentLedger:
 
     def renew(self, claim: Claim) -> Claim | None:
         """Extend the lease and return the document's current title, labels and metadata (a PATCH may have
-        changed them meanwhile); None when the version changed, the document is gone or its KB is being
-        deleted: stop working on it."""
+        changed them meanwhile); None when the version changed, the document is gone, built already (by a
+        worker that took it over) or its KB is being deleted: stop working on it."""
         with transaction(self._sessions) as session:
-            renewed = session.execute(
-                update(Document)
-                .where(Document.id == claim.document_id, Document.version == claim.version, _kb_not_deleting())
-                .values(lease_until=utcnow() + self._lease)
-            ).rowcount  # type: ignore[attr-defined]
-            if not renewed:
-                return None
-            return _claim_of(session, session.get_one(Document, claim.document_id, populate_existing=True))
+            return _renewed(session, claim, utcnow() + self._lease)
 
     def claim_companions(self, claim: Claim, limit: int, max_bytes: int) -> list[Claim]:
         """Claim up to `limit` more pending documents of `claim`'s KB and lane, each at most `max_bytes`, to be
@@ -436,15 +429,10 @@ class DocumentLedger:
         to build (absent: stop working on it)."""
         current: dict[str, Claim] = {}
         with transaction(self._sessions) as session:
+            lease_until = utcnow() + self._lease
             for claim in claims:
-                renewed = session.execute(
-                    update(Document)
-                    .where(Document.id == claim.document_id, Document.version == claim.version, _kb_not_deleting())
-                    .values(lease_until=utcnow() + self._lease)
-                ).rowcount  # type: ignore[attr-defined]
-                if renewed:
-                    document = session.get_one(Document, claim.document_id, populate_existing=True)
-                    current[claim.document_id] = _claim_of(session, document)
+                if (renewed := _renewed(session, claim, lease_until)) is not None:
+                    current[claim.document_id] = renewed
         return current
 
     def finish(
@@ -626,6 +614,25 @@ def _restored_document(kb_id: str, restored: RestoredDocument) -> Document:
         error=None if restored.indexed else restored.error,
         indexed_at=indexed_at,
     )
+
+
+def _renewed(session: Session, claim: Claim, lease_until: datetime) -> Claim | None:
+    # Processing again: a worker slowed past its lease (a loaded machine) whose document the sweeper sent back to
+    # pending takes it back, so that the message the sweeper sent finds it held instead of building it a second
+    # time beside this worker.
+    renewed = session.execute(
+        update(Document)
+        .where(
+            Document.id == claim.document_id,
+            Document.version == claim.version,
+            Document.status.in_((DocumentStatus.PENDING, DocumentStatus.PROCESSING)),
+            _kb_not_deleting(),
+        )
+        .values(status=DocumentStatus.PROCESSING, lease_until=lease_until)
+    ).rowcount  # type: ignore[attr-defined]
+    if not renewed:
+        return None
+    return _claim_of(session, session.get_one(Document, claim.document_id, populate_existing=True))
 
 
 def _finish(session: Session, built: BuiltVersion) -> bool:
