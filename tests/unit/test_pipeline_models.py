@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import re
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -54,6 +55,9 @@ class FakeLedger:
             return dataclasses.replace(claim, embedding_model=self.model_after_first_renewal)
         return claim
 
+    def renew_many(self, claims: Iterable[Claim]) -> dict[str, Claim]:
+        return {claim.document_id: self.renew(claim) for claim in claims}
+
     def finish_many(self, builds: list[BuiltVersion]) -> FinishedVersions:
         self.finished.extend(built.claim for built in builds)
         return FinishedVersions({built.claim.document_id for built in builds}, {})
@@ -65,9 +69,14 @@ class FakeLedger:
 class FakeRetriever:
     def __init__(self) -> None:
         self.written: list[DocumentPoints] = []
+        self.batches: list[list[str]] = []
 
     def write_document(self, points: DocumentPoints, *, generation: int | None = None) -> None:
         self.written.append(points)
+
+    def write_documents(self, kb_id: str, documents: list[DocumentPoints]) -> None:
+        self.batches.append([points.document_id for points in documents])
+        self.written.extend(documents)
 
     def delete_document(self, *args: object, **kwargs: object) -> None:
         pass
@@ -155,3 +164,56 @@ def test_a_claim_older_than_the_bound_is_renewed_before_embedding(tmp_path: Path
     pipeline, claim = _pipeline(tmp_path, ledger, FakeRetriever(), models, renew_after_s=0)
     assert pipeline.run(claim).status == "done"
     assert ledger.renewals == 2
+
+
+def _companion(pipeline_claim: Claim, tmp_path: Path, n: int, data: bytes, media_type: str = "text/plain") -> Claim:
+    blob = BlobStore(tmp_path / "blobs").put(data)
+    return dataclasses.replace(
+        pipeline_claim, document_id=f"doc-{n}", source_id=f"{n}.txt", media_type=media_type, blob_sha256=blob
+    )
+
+
+def test_a_batch_is_one_write_and_a_bad_document_fails_alone(tmp_path: Path, models: dict[str, WordModel]) -> None:
+    ledger, retriever = FakeLedger(), FakeRetriever()
+    pipeline, claim = _pipeline(tmp_path, ledger, retriever, models)
+    broken = _companion(claim, tmp_path, 2, b"%PDF-1.7\nthis file stops here", "application/pdf")
+    other = _companion(claim, tmp_path, 3, b"The cafeteria opens at noon on weekdays.")
+
+    batch = pipeline.run_batch([claim, broken, other])
+
+    assert retriever.batches == [["doc-1", "doc-3"]]
+    assert [(outcome.document_id, outcome.status) for outcome in batch.outcomes] == [
+        ("doc-1", "done"),
+        ("doc-3", "done"),
+    ]
+    assert [(failed.document_id, type(error).__name__) for failed, error in batch.failed] == [("doc-2", "ParseFailed")]
+    assert [built.document_id for built in ledger.finished] == ["doc-1", "doc-3"]
+    assert all(set(outcome.stage_seconds) >= {"parse", "chunk", "embed", "index"} for outcome in batch.outcomes)
+
+
+def test_a_model_switch_during_a_batch_writes_nothing(tmp_path: Path, models: dict[str, WordModel]) -> None:
+    ledger, retriever = (
+        FakeLedger(model_after_first_renewal="multilingual-e5-small", switch_at_renewal=1),
+        FakeRetriever(),
+    )
+    pipeline, claim = _pipeline(tmp_path, ledger, retriever, models)
+    other = _companion(claim, tmp_path, 2, b"The cafeteria opens at noon on weekdays.")
+
+    batch = pipeline.run_batch([claim, other])
+
+    assert retriever.written == [] and ledger.finished == []
+    assert {type(error) for _, error in batch.failed} == {EmbeddingModelChanged}
+    assert all(error.transient for _, error in batch.failed)  # type: ignore[attr-defined]
+
+
+def test_documents_past_the_parse_budget_are_left_for_another_batch(
+    tmp_path: Path, models: dict[str, WordModel]
+) -> None:
+    ledger, retriever = FakeLedger(), FakeRetriever()
+    pipeline, claim = _pipeline(tmp_path, ledger, retriever, models)
+    later = [_companion(claim, tmp_path, n, f"Note {n} about the garage.".encode()) for n in (2, 3)]
+
+    batch = pipeline.run_batch([claim, *later], parse_budget_s=1e-9)
+
+    assert [outcome.document_id for outcome in batch.outcomes] == ["doc-1"]
+    assert batch.not_started == later and batch.failed == []

@@ -95,6 +95,8 @@ class BatchOutcome:
 
     outcomes: list[IngestOutcome] = field(default_factory=list)
     failed: list[tuple[Claim, Exception]] = field(default_factory=list)
+    # Not started: the batch's parsing had run past its budget (to be queued again, for another batch).
+    not_started: list[Claim] = field(default_factory=list)
 
 
 class IngestPipeline:
@@ -156,15 +158,21 @@ class IngestPipeline:
         text_sha = self._blobs.put(text.encode("utf-8"))
         return self.publisher.settle(current, len(chunks), clock.seconds, report, text_sha)
 
-    def run_batch(self, claims: list[Claim]) -> BatchOutcome:
+    def run_batch(self, claims: list[Claim], parse_budget_s: float = float("inf")) -> BatchOutcome:
         """Build several short documents of one KB together: each parsed and chunked alone (its bad input fails it
         alone), then all their chunks through the model in token-sized runs (ragkb_models: sorted by length, so a
         run pads little), one index write, and one commit that makes them live. An error of a shared step (the
-        model, the index write, the database) is raised: the batch as a whole did not happen."""
+        model, the index write, the database) is raised: the batch as a whole did not happen. Once parsing has
+        taken `parse_budget_s` (small scanned PDFs, OCRed page by page), the documents not parsed yet are left
+        for another batch, so that a batch stays far inside the task's time limit."""
         batch = BatchOutcome()
         heartbeat = partial(self._ledger.renew_many, claims)
         prepared: list[PreparedDocument] = []
-        for claim in claims:
+        started = time.monotonic()
+        for position, claim in enumerate(claims):
+            if position and time.monotonic() - started > parse_budget_s:
+                batch.not_started = claims[position:]
+                break
             try:
                 document = self._prepared(claim, heartbeat)
                 # A small file of many pages is still a long document: its ranges go to every free process.

@@ -64,6 +64,9 @@ class BatchSettings(BaseModel):
     # Only originals up to this size join a batch (as companion or as the one claiming): a large file is built
     # alone, so that small documents are not held behind its minutes of parsing and embedding.
     max_document_bytes: int = Field(default=256 * 1024, ge=1)
+    # Once a batch's parsing has taken this long (small scanned PDFs are OCRed page by page), the documents not
+    # parsed yet go back to the queue for another batch: a batch stays far inside the task's time limit.
+    parse_budget_s: float = Field(default=60.0, gt=0)
 
 
 class LongDocumentSettings(BaseModel):

@@ -158,7 +158,7 @@ def run_batch(task: Task, ingest: Ingest, claim: Claim, companions: list[Claim],
     claims = [claim, *companions]
     with request_context.bound(kb=claim.kb_id, document=claim.document_id):
         try:
-            batch = ingest.pipeline.run_batch(claims)
+            batch = ingest.pipeline.run_batch(claims, ingest.batching.parse_budget_s)
         except Exception as exc:
             _log.warning(
                 "a batch of %d documents failed as a whole (%s): each goes on alone", len(claims), type(exc).__name__
@@ -169,6 +169,8 @@ def run_batch(task: Task, ingest: Ingest, claim: Claim, companions: list[Claim],
         _log_outcome(next(c for c in claims if c.document_id == outcome.document_id), outcome)
     for failed_claim, error in batch.failed:
         settle_document_error(ingest, failed_claim, error, max_retries)
+    if batch.not_started:
+        hand_back(ingest, batch.not_started, "its batch's parsing ran long; it goes in another batch")
     statuses = {outcome.document_id: outcome.status for outcome in batch.outcomes}
     return {"document_id": claim.document_id, "status": statuses.get(claim.document_id, "failed"), "batch": len(claims)}
 
