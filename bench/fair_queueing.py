@@ -7,7 +7,7 @@ endpoint (50 a request: bulk work), and once every batch is accepted sends --upl
 B, one every --interval-s seconds, each timed from its POST until GET says `done`. The import is not waited
 for once the uploads are done (in FIFO mode they are done only when the import nearly is).
 
-    python bench/fair_queueing.py [--documents 2000] [--uploads 5] [--interval-s 2] [--modes lanes fifo]
+    python bench/fair_queueing.py [--documents 2000] [--uploads 5] [--interval-s 2] [--modes lanes fifo] [--env K=V ...]
 
 Results: bench/results/fair-queueing.json and .md.
 """
@@ -34,7 +34,7 @@ POLL_S = 0.2
 
 
 def measure_mode(mode: str, documents: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    overrides = {"RAGKB_JOBS__FAIR_QUEUEING": MODES[mode]}
+    overrides = {"RAGKB_JOBS__FAIR_QUEUEING": MODES[mode], **dict(pair.split("=", 1) for pair in args.env)}
     with (
         tempfile.TemporaryDirectory(prefix="ragkb-bench-") as workdir,
         private_stack(REPO, Path(workdir), **overrides) as stack,
@@ -117,6 +117,7 @@ def main() -> None:
     parser.add_argument("--interval-s", type=float, default=2.0, help="seconds between the single uploads")
     parser.add_argument("--timeout-s", type=float, default=3600.0, help="how long one upload may take")
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
+    parser.add_argument("--env", nargs="*", default=[], help="further settings of the stack, KEY=VALUE")
     args = parser.parse_args()
     documents = list(read_jsonl(DATA / "scifact" / "corpus.jsonl"))[: args.documents]
     rows = []
@@ -127,6 +128,7 @@ def main() -> None:
         "documents": len(documents),
         "uploads": args.uploads,
         "interval_s": args.interval_s,
+        "env": args.env,
         "modes": rows,
     }
     medians = {row["mode"]: row["median_s"] for row in rows}
