@@ -59,9 +59,9 @@ from scipy import sparse as sp
 from ragkb_analyzer import term_id
 from ragkb_core.contracts import KbSearch, SearchQuery, SparseTerms
 from ragkb_core.kb_settings import KbRetrieval
-from ragkb_core.settings import RerankerSettings
 from ragkb_retriever.reranking import RerankerPool
 from ragkb_retriever.searching import SearchService
+from ragkb_retriever.settings import RerankerSettings
 
 DEPTH = 84
 RESULT_DEPTH = 100
@@ -338,11 +338,11 @@ def settings() -> Iterator[tuple[Setting, Callable[[Matrices, FirstPass], Ranker
                     Setting("RM3", params),
                     lambda m, f, k=k, t=terms, lam=lam: rm3(m, f, k=k, terms=t, lam=lam, with_dense=None),
                 )
-    for k, beta in ((3, 0.5), (3, 0.7), (5, 0.7)):
-        params = (("k", k), ("β", beta), ("terms", 10), ("λ", 0.2))
+    for k, beta, terms in ((3, 0.5, 10), (3, 0.7, 10), (5, 0.7, 10), (2, 0.5, 30), (5, 0.5, 30)):
+        params = (("k", k), ("β", beta), ("terms", terms), ("λ", 0.2))
         yield (
             Setting("dense PRF + RM3", params),
-            lambda m, f, k=k, b=beta: rm3(m, f, k=k, terms=10, lam=0.2, with_dense=(k, b)),
+            lambda m, f, k=k, b=beta, t=terms: rm3(m, f, k=k, terms=t, lam=0.2, with_dense=(k, b)),
         )
     for gamma in (0.1, 0.2, 0.4):
         yield Setting("document aggregation", (("γ", gamma),)), lambda m, f, g=gamma: document_aggregation(m, f, g)
@@ -537,7 +537,15 @@ def main() -> None:
                 f"{label}: {setting.idea}: {setting.label()}: {_m(scores[label][setting])} ({seconds:.0f} s)",
                 flush=True,
             )
+        if saved.exists():
+            # A run of some ideas adds to (or replaces) what an earlier run of this collection measured.
+            earlier, earlier_check = pickle.loads(saved.read_bytes())
+            scores[label] = earlier | scores[label]
+            checks[label] = checks.get(label) or earlier_check
         saved.write_bytes(pickle.dumps((scores[label], checks.get(label))))
+    # Only the settings every collection was measured on are compared.
+    shared = set.intersection(*(set(by) for by in scores.values()))
+    scores = {n: {s: v for s, v in by.items() if s in shared} for n, by in scores.items()}
     ideas = list(dict.fromkeys(s.idea for s in scores[next(iter(scores))] if s != OFF))
     result: dict[str, Any] = {"engine_check": checks, "ideas": {}}
     for idea in ideas:
