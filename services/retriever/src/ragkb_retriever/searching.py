@@ -295,11 +295,14 @@ class SearchService:
     ) -> tuple[LegResults, AsAsked]:
         """Dense pseudo-relevance feedback: the KB searched again with the moved vector. Relevance keeps reading
         each passage's cosine with the question as asked (the calibration was fitted on those; the moved vector
-        is closer to every passage near the first pass's), so the answered passages' vectors are read too."""
+        is closer to every passage near the first pass's), so the vectors of the answered passages the dense leg
+        found are read too; one only the keyword leg found keeps the first pass's lowest, as without feedback."""
         kb = part.kb
         moved = self._feedback_vector(kb, dense, first)
         second = self._engine_search(kb, part.scope, moved, sparse, part.depth, leg_payloads=explain)
-        answered = self._index.dense_vectors(kb.kb_id, [hit.id for hit in second.fused], generation=kb.generation)
+        in_dense_leg = {hit.id for hit in second.dense}
+        found_by_dense = [hit.id for hit in second.fused if hit.id in in_dense_leg or not second.keyword]
+        answered = self._index.dense_vectors(kb.kb_id, found_by_dense, generation=kb.generation)
         lowest = first.dense[-1].score if first.dense else None
         return second, AsAsked({point: cosine(dense, vector) for point, vector in answered.items()}, lowest)
 
