@@ -31,8 +31,11 @@ CALIBRATION = RelevanceCalibration(midpoint=0.5, steepness=10)
 class VectorWorld:
     """The dense leg of a KB of PASSAGES: every passage by cosine, best first; records each query vector."""
 
-    def __init__(self) -> None:
+    def __init__(self, keyword_only: str | None = None) -> None:
         self.queries: list[list[float]] = []
+        self.vectors_asked: list[str] = []
+        # A passage only the keyword leg finds, answered first.
+        self._keyword_only = keyword_only
 
     def search(  # noqa: PLR0917 -- VectorIndex.search's own signature
         self, kb_id: str, dense: list[float] | None, sparse: SparseTerms | None, scope: ScopeFilter, limit: int,
@@ -42,9 +45,13 @@ class VectorWorld:
         self.queries.append(dense)
         ranked = sorted(PASSAGES, key=lambda p: -cosine(dense, PASSAGES[p]))[:candidate_limit]
         hits = [IndexHit(p, cosine(dense, PASSAGES[p]), payload(kb_id, p)) for p in ranked]
-        return LegResults(fused=hits[:limit], dense=hits, keyword=[])
+        if self._keyword_only is None:
+            return LegResults(fused=hits[:limit], dense=hits, keyword=[])
+        keyword = [IndexHit(self._keyword_only, 7.0, payload(kb_id, self._keyword_only))]
+        return LegResults(fused=(keyword + hits)[:limit], dense=hits, keyword=keyword)
 
     def dense_vectors(self, kb_id: str, point_ids: Sequence[str], **_: Any) -> dict[str, list[float]]:
+        self.vectors_asked += point_ids
         return {point: PASSAGES[point] for point in point_ids if point in PASSAGES}
 
 
@@ -103,3 +110,14 @@ def test_a_request_may_switch_feedback_off_or_on_within_bounds() -> None:
     assert kb.with_overrides(RetrievalOverrides(feedback_weight=1.5)).feedback_weight == 1.5
     with pytest.raises(ValueError, match="less than or equal"):
         RetrievalOverrides(feedback_passages=21)
+
+
+def test_a_passage_only_the_keyword_leg_found_keeps_the_first_passs_lowest_cosine() -> None:
+    """As without feedback: its relevance is that of the dense leg's last passage (p3, cosine 0.6 with the
+    question as asked), and its vector is never read."""
+    index = VectorWorld(keyword_only="kw")
+    retrieval = KbRetrieval(top_k=2, feedback_passages=1, feedback_weight=1.0, relevance_calibration=CALIBRATION)
+    result = search(index, retrieval)
+    keyword_only = next(hit for hit in result.results if hit.chunk_id == "kw")
+    assert keyword_only.relevance == pytest.approx(relevance(0.6, CALIBRATION), abs=1e-6)
+    assert "kw" not in index.vectors_asked[1:]  # the first read is the feedback's own top passage
