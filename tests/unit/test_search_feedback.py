@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ragkb_analyzer import Analyzer, Bm25Encoder
-from ragkb_core.contracts import KbSearch, ScopeFilter, SearchQuery, SearchResult, SparseTerms
+from ragkb_core.contracts import KbSearch, ScopeFilter, SearchMode, SearchQuery, SearchResult, SparseTerms
 from ragkb_core.fusion import relevance
 from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RelevanceCalibration, RetrievalOverrides
 from ragkb_core.settings import AnalyzerSettings
@@ -73,11 +73,11 @@ def payload(kb_id: str, passage_id: str) -> dict[str, Any]:
             "ordinal": 0, "kb_id": kb_id}  # fmt: skip
 
 
-def search(index: VectorWorld, retrieval: KbRetrieval) -> SearchResult:
+def search(index: VectorWorld, retrieval: KbRetrieval, mode: SearchMode | None = None) -> SearchResult:
     encoder = Bm25Encoder(Analyzer(KbAnalyzer()), AnalyzerSettings())
     searcher = SearchService(index, lambda _: Question(), lambda _: encoder, NoReranker())  # type: ignore[arg-type]
-    query = SearchQuery(query="paid leave", knowledge_bases=[KbSearch(kb_id="kb", retrieval=retrieval)], max_blocks=2)
-    return searcher.search(query)
+    kbs = [KbSearch(kb_id="kb", retrieval=retrieval)]
+    return searcher.search(SearchQuery(query="paid leave", knowledge_bases=kbs, max_blocks=2, mode=mode))
 
 
 def test_moved_query_is_rocchio_at_unit_length() -> None:
@@ -121,3 +121,11 @@ def test_a_passage_only_the_keyword_leg_found_keeps_the_first_passs_lowest_cosin
     keyword_only = next(hit for hit in result.results if hit.chunk_id == "kw")
     assert keyword_only.relevance == pytest.approx(relevance(0.6, CALIBRATION), abs=1e-6)
     assert "kw" not in index.vectors_asked[1:]  # the first read is the feedback's own top passage
+
+
+def test_a_semantic_search_is_not_fed_back() -> None:
+    """Feedback was measured on hybrid searches (both legs) only, so a dense-only search runs once."""
+    index = VectorWorld()
+    retrieval = KbRetrieval(top_k=2, feedback_passages=1, feedback_weight=1.0)
+    result = search(index, retrieval, mode="semantic")
+    assert [hit.chunk_id for hit in result.results] == ["p1", "p2"] and len(index.queries) == 1

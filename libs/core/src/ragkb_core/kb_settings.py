@@ -217,10 +217,10 @@ class KbRetrieval(BaseModel):
     min_relevance: float = Field(default=DEFAULT_MIN_RELEVANCE, ge=0, le=1)
     # The mapping from dense cosine to relevance for this KB; None: its embedding model's default.
     relevance_calibration: RelevanceCalibration | None = None
-    # Dense pseudo-relevance feedback (Rocchio): after a first pass, the question's vector is moved towards the
-    # mean vector of the first pass's `feedback_passages` best fused passages (q + feedback_weight × mean, then
-    # normalised) and the KB is searched again with it: one more retrieval round. 0 passages or weight 0: off.
-    # FEEDBACK_DEFAULTS says how the defaults were chosen.
+    # Dense pseudo-relevance feedback (Rocchio), in hybrid searches (where it was measured): after a first pass,
+    # the question's vector is moved towards the mean vector of the first pass's `feedback_passages` best fused
+    # passages (q + feedback_weight × mean, then normalised) and the KB is searched again with it: one more
+    # retrieval round. 0 passages or weight 0: off. FEEDBACK_DEFAULTS says how the defaults were chosen.
     feedback_passages: int = Field(default=FEEDBACK_PASSAGES, ge=0, le=MAX_FEEDBACK_PASSAGES)
     feedback_weight: float = Field(default=FEEDBACK_WEIGHT, ge=0, le=MAX_FEEDBACK_WEIGHT)
     # Passages in an answer across all KBs searched together.

@@ -248,7 +248,8 @@ class SearchService:
             # The legs' own payloads serve only the explanation of their rankings.
             legs = self._engine_search(part.kb, part.scope, dense, sparse, part.depth, leg_payloads=explain)
             as_asked = None
-            if dense is not None and retrieval.feeds_back and legs.fused:
+            # Measured (bench/feedback.py) and so applied on hybrid searches only: both legs ran.
+            if dense is not None and sparse is not None and sparse.indices and retrieval.feeds_back and legs.fused:
                 legs, as_asked = self._second_pass(part, dense, sparse, legs, explain=explain)
             calibration = retrieval.relevance_calibration or self._calibration_for(part.kb.embedding_model)
             return _annotated_hits(part.kb, legs, calibration, as_asked), legs
@@ -367,7 +368,7 @@ class SearchService:
         def one_question(text: str) -> QueryLegs:
             dense = self._query_vector(kb.embedding_model, text)
             sparse = encoder.encode_query(text)
-            if kb.retrieval.feeds_back:
+            if kb.retrieval.feeds_back and kb.retrieval.hybrid and sparse.indices:
                 # The legs the KB's second pass runs (its first pass with its current fusion settings).
                 first = self._engine_search(kb, query.scope, dense, sparse, kb.retrieval.top_k, leg_payloads=False)
                 dense = self._feedback_vector(kb, dense, first) if first.fused else dense
