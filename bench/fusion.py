@@ -130,7 +130,10 @@ def keyword_vector(encoder: Bm25Encoder, passage: Passage, title_weight: int) ->
     return encoder.encode_document(passage.indexed, passage.title)
 
 
-def build_index(root: Path, collection: Collection, encoder: Bm25Encoder, title_weight: int) -> EdgeIndex:
+def build_index(
+    root: Path, collection: Collection, encoder: Bm25Encoder, title_weight: int, *, with_text: bool = False
+) -> EdgeIndex:
+    """The collection as a KB's index; `with_text`: with the payload fields a search's answer reads."""
     index = EdgeIndex(QdrantSettings(path=root))
     index.create_kb(KB, dense_size=collection.passage_vectors.shape[1])
     points = [
@@ -147,7 +150,8 @@ def build_index(root: Path, collection: Collection, encoder: Bm25Encoder, title_
                 "labels": [],
                 "doc_type": "knowledge",
                 "passage": position,
-            },
+            }
+            | ({"text": passage.body, "title": passage.title} if with_text else {}),
         )
         for position, (passage, vector) in enumerate(zip(collection.passages, collection.passage_vectors, strict=True))
     ]

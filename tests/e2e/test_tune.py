@@ -76,22 +76,36 @@ def set_id(ragkb: RunningRagkb, kb_id: str) -> str:
     return str(response.json()["id"])
 
 
-def legs_of(ragkb: RunningRagkb, kb_id: str, texts: list[str], depth: int) -> dict[str, Any]:
+def legs_of(
+    ragkb: RunningRagkb, kb_id: str, texts: list[str], depth: int, retrieval: KbRetrieval | None = None
+) -> dict[str, Any]:
     retriever = f"http://127.0.0.1:{ragkb.env['RAGKB_RETRIEVER__PORT']}/internal/v1/legs"
-    body = {"kb": {"kb_id": kb_id}, "queries": texts, "depth": depth}
+    kb = {"kb_id": kb_id} | ({"retrieval": retrieval.model_dump()} if retrieval else {})
+    body = {"kb": kb, "queries": texts, "depth": depth}
     response = httpx.post(retriever, json=body, headers=ragkb.service_headers, timeout=120)
     assert response.status_code == 200, response.text
     found: dict[str, Any] = response.json()
     return found
 
 
+# The legs a tune reads are those of the KB's second pass when it has dense feedback (on by default): the vector
+# moved by the first pass of its *current* settings. A setting whose own first pass differs would move it otherwise
+# (and the legs' dense scores are the moved vector's, where the served relevance reads the question's own), so the
+# computed answer is exactly the served one for the KB's own settings with feedback ({}), and for any other
+# setting without it.
+NO_FEEDBACK = {"feedback_passages": 0}
+
+
 @pytest.mark.parametrize(
     "overrides",
     [
         {},
-        {"fusion": "rrf", "rrf_k": 10, "keyword_weight": 1.5, "candidate_multiplier": 2, "top_k": 5, "max_blocks": 5},
-        {"fusion": "dbsf", "dense_weight": 0.7, "keyword_weight": 1.3, "candidate_multiplier": 1, "top_k": 4},
-        {"min_relevance": "the median relevance of the questions' best passages", "top_k": 8, "max_blocks": 8},
+        {"fusion": "rrf", "rrf_k": 10, "keyword_weight": 1.5, "candidate_multiplier": 2, "top_k": 5, "max_blocks": 5}
+        | NO_FEEDBACK,
+        {"fusion": "dbsf", "dense_weight": 0.7, "keyword_weight": 1.3, "candidate_multiplier": 1, "top_k": 4}
+        | NO_FEEDBACK,
+        {"min_relevance": "the median relevance of the questions' best passages", "top_k": 8, "max_blocks": 8}
+        | NO_FEEDBACK,
     ],
 )
 def test_the_answer_computed_from_the_legs_is_what_the_search_answers(
@@ -101,7 +115,7 @@ def test_the_answer_computed_from_the_legs_is_what_the_search_answers(
     if "min_relevance" in overrides:
         overrides = overrides | {"min_relevance": median_best_relevance(ragkb, kb_id, texts)}
     retrieval = KbRetrieval.model_validate(KbRetrieval().model_dump() | overrides)
-    found = legs_of(ragkb, kb_id, texts, depth=retrieval.top_k * retrieval.candidate_multiplier)
+    found = legs_of(ragkb, kb_id, texts, depth=retrieval.top_k * retrieval.candidate_multiplier, retrieval=retrieval)
     calibration = RelevanceCalibration.model_validate(found["calibration"]) if found["calibration"] else None
     shape = AnswerShape(top_k=retrieval.top_k, max_blocks=retrieval.max_blocks, min_relevance=retrieval.min_relevance)
     non_empty = 0
@@ -118,7 +132,8 @@ def test_the_answer_computed_from_the_legs_is_what_the_search_answers(
 
 
 def median_best_relevance(ragkb: RunningRagkb, kb_id: str, texts: list[str]) -> float:
-    found = legs_of(ragkb, kb_id, texts, depth=1)
+    # The question's own cosines (without feedback the dense leg's scores are those).
+    found = legs_of(ragkb, kb_id, texts, depth=1, retrieval=KbRetrieval(feedback_passages=0))
     calibration = RelevanceCalibration.model_validate(found["calibration"])
     best = sorted(relevance(legs["dense"][0]["score"], calibration) for legs in found["legs"])
     return round((best[len(best) // 2 - 1] + best[len(best) // 2]) / 2, 6)

@@ -590,6 +590,21 @@ def test_paging_through_a_kb_gives_every_point_once_with_its_vectors(both: tuple
         assert all(not point.dense for point in _all_pages(index, KBS[0], with_vectors=False))
 
 
+def test_dense_vectors_by_id_are_the_written_directions_and_skip_unknown_ids(
+    both: tuple[EdgeIndex, ServerIndex],
+) -> None:
+    """What dense feedback reads: the vectors of a first pass's best passages."""
+    written = {point.id: point for point in _live_points(CORPUS, KBS[0])}
+    wanted = sorted(written)[:5]
+    missing = ids.point_id(KBS[0], "no-such-document", 1, 0)
+    for index in both:
+        found = index.dense_vectors(KBS[0], [*wanted, missing])
+        assert sorted(found) == wanted
+        for point_id, vector in found.items():
+            assert vector == pytest.approx(_unit(written[point_id].dense), abs=1e-5)
+        assert index.dense_vectors(KBS[0], []) == {}
+
+
 def test_creating_a_kb_twice_keeps_its_points(both: tuple[EdgeIndex, ServerIndex]) -> None:
     for index in both:
         before = index.count(KBS[0])

@@ -36,6 +36,10 @@ class RecordingIndex:
         dense_leg = [IndexHit(hit.id, 0.9 - rank / 1000, {}) for rank, hit in enumerate(fused)]
         return LegResults(fused=fused[:limit], dense=dense_leg, keyword=[])
 
+    def dense_vectors(self, kb_id: str, point_ids: Sequence[str], **_: Any) -> dict[str, list[float]]:
+        # No vectors: dense feedback (on by default) leaves the question as it was, and searches the same again.
+        return {}
+
 
 class ScriptedReranker:
     """Scores each passage by the score the test gave its text; records each call."""

@@ -8,6 +8,7 @@ parallel), rerank, assemble (the cuts, see assembly.py).
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -42,6 +43,7 @@ from ragkb_models.cross_encoder import blend_scores, passage_for_reranking
 from ragkb_retriever.assembly import Candidate, assemble
 from ragkb_retriever.external import ExternalSearch, needs_query_vector
 from ragkb_retriever.external.passages import source_link
+from ragkb_retriever.feedback import moved_query
 from ragkb_retriever.index.filters import ordinal_window_filter
 from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex, no_results
 from ragkb_retriever.query_vectors import QueryVectorCache
@@ -245,27 +247,67 @@ class SearchService:
                 except ExternalUnavailable as exc:
                     unreachable[part.kb.kb_id] = f"knowledge base {part.kb.name or part.kb.kb_id}: {exc.detail}"
                     return [], no_results()
-            legs = self._index.search(
-                part.kb.kb_id,
-                dense,
-                sparse,
-                part.scope,
-                part.depth,
-                retrieval.top_k * retrieval.candidate_multiplier,
-                qdrant_rrf_k(retrieval.rrf_k),
-                # A leg of weight 0 does not run at all (above); the weights matter only when both run.
-                weights=(retrieval.dense_weight or 1.0, retrieval.keyword_weight or 1.0),
-                fusion=retrieval.fusion,
-                generation=part.kb.generation,
-                # The legs' own payloads serve only the explanation of their rankings.
-                leg_payloads=explain,
-            )
+            # The legs' own payloads serve only the explanation of their rankings.
+            legs = self._engine_search(part.kb, part.scope, dense, sparse, part.depth, leg_payloads=explain)
+            as_asked = None
+            # Measured (bench/feedback.py) and so applied on hybrid searches only: both legs ran.
+            if dense is not None and sparse is not None and sparse.indices and retrieval.feeds_back and legs.fused:
+                legs, as_asked = self._second_pass(part, dense, sparse, legs, explain=explain)
             calibration = retrieval.relevance_calibration or self._calibration_for(part.kb.embedding_model)
-            return _annotated_hits(part.kb, legs, calibration), legs
+            return _annotated_hits(part.kb, legs, calibration, as_asked), legs
 
         if len(parts) == 1:
             return [one_part(parts[0])], unreachable
         return list(self._pool.map(one_part, parts)), unreachable
+
+    def _engine_search(
+        self,
+        kb: KbSearch,
+        scope: ScopeFilter,
+        dense: list[float] | None,
+        sparse: SparseTerms | None,
+        limit: int,
+        *,
+        leg_payloads: bool,
+    ) -> LegResults:
+        """One search of the KB's index with its retrieval settings: `limit` fused passages."""
+        retrieval = kb.retrieval
+        return self._index.search(
+            kb.kb_id,
+            dense,
+            sparse,
+            scope,
+            limit,
+            retrieval.top_k * retrieval.candidate_multiplier,
+            qdrant_rrf_k(retrieval.rrf_k),
+            # A leg of weight 0 does not run at all (one_part); the weights matter only when both run.
+            weights=(retrieval.dense_weight or 1.0, retrieval.keyword_weight or 1.0),
+            fusion=retrieval.fusion,
+            generation=kb.generation,
+            leg_payloads=leg_payloads,
+        )
+
+    def _feedback_vector(self, kb: KbSearch, dense: list[float], first: LegResults) -> list[float]:
+        """The question's vector moved towards the first pass's best fused passages (ragkb_retriever.feedback)."""
+        best = [hit.id for hit in first.fused[: kb.retrieval.feedback_passages]]
+        vectors = self._index.dense_vectors(kb.kb_id, best, generation=kb.generation)
+        return moved_query(dense, [vectors[i] for i in best if i in vectors], kb.retrieval.feedback_weight)
+
+    def _second_pass(
+        self, part: KbPart, dense: list[float], sparse: SparseTerms | None, first: LegResults, *, explain: bool
+    ) -> tuple[LegResults, AsAsked]:
+        """Dense pseudo-relevance feedback: the KB searched again with the moved vector. Relevance keeps reading
+        each passage's cosine with the question as asked (the calibration was fitted on those; the moved vector
+        is closer to every passage near the first pass's), so the vectors of the answered passages the dense leg
+        found are read too; one only the keyword leg found keeps the first pass's lowest, as without feedback."""
+        kb = part.kb
+        moved = self._feedback_vector(kb, dense, first)
+        second = self._engine_search(kb, part.scope, moved, sparse, part.depth, leg_payloads=explain)
+        in_dense_leg = {hit.id for hit in second.dense}
+        found_by_dense = [hit.id for hit in second.fused if hit.id in in_dense_leg or not second.keyword]
+        answered = self._index.dense_vectors(kb.kb_id, found_by_dense, generation=kb.generation)
+        lowest = first.dense[-1].score if first.dense else None
+        return second, AsAsked({point: cosine(dense, vector) for point, vector in answered.items()}, lowest)
 
     def _external_part(
         self, text: str, part: KbPart, dense: list[float] | None, sparse: SparseTerms | None
@@ -326,10 +368,16 @@ class SearchService:
         encoder = self._bm25_for(kb.analyzer)
 
         def one_question(text: str) -> QueryLegs:
+            dense = self._query_vector(kb.embedding_model, text)
+            sparse = encoder.encode_query(text)
+            if kb.retrieval.feeds_back and kb.retrieval.hybrid and sparse.indices:
+                # The legs the KB's second pass runs (its first pass with its current fusion settings).
+                first = self._engine_search(kb, query.scope, dense, sparse, kb.retrieval.top_k, leg_payloads=False)
+                dense = self._feedback_vector(kb, dense, first) if first.fused else dense
             found = self._index.search(
                 kb.kb_id,
-                self._query_vector(kb.embedding_model, text),
-                encoder.encode_query(text),
+                dense,
+                sparse,
                 query.scope,
                 1,
                 query.depth,
@@ -391,18 +439,38 @@ def _rerank_text(hit: SearchHit) -> str:
     return passage_for_reranking(hit.title, hit.heading_path, hit.text)
 
 
-def _annotated_hits(kb: KbSearch, legs: LegResults, calibration: RelevanceCalibration | None) -> list[SearchHit]:
+@dataclass(frozen=True)
+class AsAsked:
+    """After feedback: each answered passage's cosine with the question as asked, and the first pass's lowest
+    dense cosine (what a passage only the keyword leg found is given)."""
+
+    cosines: dict[str, float]
+    lowest: float | None
+
+
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return sum(x * y for x, y in zip(a, b, strict=True)) / norms if norms > 0 else 0.0
+
+
+def _annotated_hits(
+    kb: KbSearch, legs: LegResults, calibration: RelevanceCalibration | None, as_asked: AsAsked | None = None
+) -> list[SearchHit]:
     """Fused hits with their fused rank, the rank and score each had in the dense and keyword legs, and their
     relevance."""
     dense_ranks = _ranks(legs.dense)
     keyword_ranks = _ranks(legs.keyword)
     # A passage only the keyword leg found is at most as close to the question as the dense leg's last.
     lowest_cosine = legs.dense[-1].score if legs.dense else None
+    if as_asked is not None:
+        lowest_cosine = as_asked.lowest
     hits = []
     for rank, found in enumerate(legs.fused, start=1):
         hit = _hit(kb.kb_id, found, dense_ranks.get(found.id), keyword_ranks.get(found.id), kb.name)
         hit.fused_rank, hit.fused_score = rank, found.score
         cosine = hit.dense_score if hit.dense_score is not None else lowest_cosine
+        if as_asked is not None:
+            cosine = as_asked.cosines.get(found.id, lowest_cosine)
         if calibration is not None and cosine is not None:
             hit.relevance = round(relevance(cosine, calibration), 6)
         hits.append(hit)

@@ -277,6 +277,16 @@ class EdgeIndex:
             records = shard.retrieve([point_id], with_payload=True, with_vector=False)
         return next((IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
 
+    def dense_vectors(
+        self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
+    ) -> dict[str, list[float]]:
+        if not point_ids:
+            return {}
+        with self._shard(kb_id, generation) as (_, shard):
+            records = shard.retrieve(list(point_ids), with_payload=False, with_vector=[DENSE_VECTOR])
+        points = [_index_point(str(r.id), r.vector, None) for r in records]
+        return {point.id: point.dense for point in points if point.dense}
+
     def scroll(
         self, kb_id: str, spec: filters.FilterSpec, limit: int, *, generation: int | None = None
     ) -> list[IndexHit]:

@@ -156,6 +156,12 @@ class VectorIndex(Protocol):
         """One point by id, with its payload (score 0); None when the KB has no such point."""
         ...
 
+    def dense_vectors(
+        self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
+    ) -> dict[str, list[float]]:
+        """The dense vectors of these points by id (a point that no longer exists is left out)."""
+        ...
+
     def scroll(self, kb_id: str, spec: FilterSpec, limit: int, *, generation: int | None = None) -> list[IndexHit]:
         """Up to `limit` points matching `spec`, with their payloads (score 0), in no particular order."""
         ...

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from typing import Any
+from typing import Any, cast
 
 from qdrant_client import QdrantClient
 from qdrant_client import models as qm
@@ -201,6 +201,19 @@ class ServerIndex:
         with self._on_kb(kb_id, generation):
             records = self._client.retrieve(_collection(kb_id, generation), ids=[point_id], with_payload=True)
         return next((IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
+
+    def dense_vectors(
+        self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
+    ) -> dict[str, list[float]]:
+        if not point_ids:
+            return {}
+        with self._on_kb(kb_id, generation):
+            records = self._client.retrieve(
+                _collection(kb_id, generation), ids=list(point_ids), with_payload=False, with_vectors=[DENSE_VECTOR]
+            )
+        found = {str(r.id): r.vector.get(DENSE_VECTOR) for r in records if isinstance(r.vector, dict)}
+        # A dense vector is a list of floats (a multivector would be a list of lists; this collection has none).
+        return {point: cast("list[float]", vector) for point, vector in found.items() if isinstance(vector, list)}
 
     def scroll(
         self, kb_id: str, spec: filters.FilterSpec, limit: int, *, generation: int | None = None

@@ -6,8 +6,8 @@ import { api, paths } from "./api.js";
 import { t } from "./i18n.js";
 import { badge, button, card, el, errorBox, field, input, link, number, pageHeader, select, short, splitList, table } from "./dom.js";
 
-const INT_SETTINGS = ["top_k", "rrf_k", "candidate_multiplier", "rerank_budget_ms", "max_blocks"];
-const FLOAT_SETTINGS = ["dense_weight", "keyword_weight", "score_threshold", "rerank_weight"];
+const INT_SETTINGS = ["top_k", "rrf_k", "candidate_multiplier", "rerank_budget_ms", "max_blocks", "feedback_passages"];
+const FLOAT_SETTINGS = ["dense_weight", "keyword_weight", "score_threshold", "rerank_weight", "feedback_weight"];
 // The last run per KB, so that a tab change or a language switch shows it again (in memory, this page only).
 const lastRuns = new Map();
 

@@ -12,7 +12,7 @@ const NUMBER_FIELDS = {
   retrieval: [
     ["top_k", 1, 200, 1], ["rrf_k", 1, 1000, 1], ["dense_weight", 0, 10, 0.1], ["keyword_weight", 0, 10, 0.1],
     ["candidate_multiplier", 1, 50, 1], ["score_threshold", 0, 1, 0.01], ["rerank_budget_ms", 0, 60000, 100],
-    ["rerank_weight", 0, 1, 0.05], ["max_blocks", 1, 200, 1],
+    ["rerank_weight", 0, 1, 0.05], ["feedback_passages", 0, 20, 1], ["feedback_weight", 0, 5, 0.1], ["max_blocks", 1, 200, 1],
   ],
 };
 
