@@ -132,8 +132,11 @@ DEFAULT_MIN_RELEVANCE = 0.0
 # cross-validation across SciFact train, JSQuAD dev and a JaQuAD passage set (bench/feedback.py; README,
 # Benchmarks): k 2, β 0.5 won on every fold's training part; held out, SciFact +0.005 nDCG@10 (leave-one-
 # collection-out 95 % CI [+0.0001, +0.0103]), JSQuAD +0.0005, JaQuAD −0.0004 to −0.0014 (CIs across 0). It costs
-# a second retrieval round (the retriever's search p50 8.7 → 18.4 ms on SciFact, loaded machine): 0 turns it off.
-FEEDBACK_PASSAGES = 2
+# a second retrieval round (the retriever's search p50 8.7 → 18.4 ms on SciFact, loaded machine). Off by default
+# (0 passages): a held-out +0.005 on English, nothing on Japanese (most of ragkb's KBs), is not worth doubling every
+# KB's retrieval time unasked, nor changing the answers of every existing KB on upgrade; an English KB opts in
+# with `feedback_passages` 2 (the weight's default is the cross-validated one).
+FEEDBACK_PASSAGES = 0
 FEEDBACK_WEIGHT = 0.5
 
 
