@@ -620,7 +620,15 @@ def _renewed(session: Session, claim: Claim, lease_until: datetime) -> Claim | N
     # Processing again: a worker slowed past its lease (a loaded machine) whose document the sweeper sent back to
     # pending takes it back, so that the message the sweeper sent finds it held instead of building it a second
     # time beside this worker.
-    renewed = session.execute(
+    if not hold_document(session, claim, lease_until, status=DocumentStatus.PROCESSING):
+        return None
+    return _claim_of(session, session.get_one(Document, claim.document_id, populate_existing=True))
+
+
+def hold_document(session: Session, claim: Claim, lease_until: datetime, **fields: object) -> bool:
+    """Renew the lease of the claimed version (if it is still the document's, being built), with `fields`: this
+    write also locks the row (PostgreSQL) or the database (SQLite) for the rest of the transaction."""
+    held = session.execute(
         update(Document)
         .where(
             Document.id == claim.document_id,
@@ -628,11 +636,9 @@ def _renewed(session: Session, claim: Claim, lease_until: datetime) -> Claim | N
             Document.status.in_((DocumentStatus.PENDING, DocumentStatus.PROCESSING)),
             _kb_not_deleting(),
         )
-        .values(status=DocumentStatus.PROCESSING, lease_until=lease_until)
+        .values(lease_until=lease_until, **fields)
     ).rowcount  # type: ignore[attr-defined]
-    if not renewed:
-        return None
-    return _claim_of(session, session.get_one(Document, claim.document_id, populate_existing=True))
+    return bool(held)
 
 
 def _finish(session: Session, built: BuiltVersion) -> bool:

@@ -20,7 +20,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, DocumentRange, DocumentSplit, Job, utcnow
-from ragkb_store.ledger.documents import Claim, _claim_of, _kb_not_deleting, delete_split
+from ragkb_store.ledger.documents import Claim, _claim_of, _kb_not_deleting, delete_split, hold_document
 from ragkb_store.states import ACTIVE_JOB_STATUSES, DocumentStatus, JobKind, RangeStatus
 
 
@@ -102,7 +102,7 @@ class RangeLedger:
         version moved on meanwhile (nothing recorded)."""
         now = utcnow()
         with transaction(self._sessions) as session:
-            if not _hold_document(session, claim, now + self._lease, ranges_done=0, ranges_total=len(plan.ranges)):
+            if not hold_document(session, claim, now + self._lease, ranges_done=0, ranges_total=len(plan.ranges)):
                 return False
             delete_split(session, claim.document_id)
             session.add(_split_row(claim, plan, now))
@@ -201,7 +201,7 @@ class RangeLedger:
         once count in turn."""
         now = utcnow()
         with transaction(self._sessions) as session:
-            if not _hold_document(session, work.claim, now + self._lease) or not _split_exists(session, work):
+            if not hold_document(session, work.claim, now + self._lease) or not _split_exists(session, work):
                 return RangeFinish.GONE
             finished = session.execute(
                 update(DocumentRange)
@@ -221,22 +221,6 @@ class RangeLedger:
                 .where(_range_of(work), DocumentRange.status == RangeStatus.RUNNING)
                 .values(status=RangeStatus.PENDING, lease_until=None, error=f"retrying: {reason}")
             )
-
-
-def _hold_document(session: Session, claim: Claim, lease_until: datetime, **fields: int) -> bool:
-    """Renew the lease of the claimed version (if it is still the document's, being built): this write also
-    locks the row (PostgreSQL) or the database (SQLite) for the rest of the transaction."""
-    held = session.execute(
-        update(Document)
-        .where(
-            Document.id == claim.document_id,
-            Document.version == claim.version,
-            Document.status.in_((DocumentStatus.PENDING, DocumentStatus.PROCESSING)),
-            _kb_not_deleting(),
-        )
-        .values(lease_until=lease_until, **fields)
-    ).rowcount  # type: ignore[attr-defined]
-    return bool(held)
 
 
 def _building(session: Session, document_id: str, version: int) -> Document | None:
