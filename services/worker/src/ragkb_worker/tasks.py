@@ -186,9 +186,14 @@ def settle_document_error(ingest: Ingest, claim: Claim, exc: Exception, max_retr
 
 
 def hand_back(ingest: Ingest, claims: list[Claim], reason: str) -> None:
-    for claim in claims:
-        ingest.ledger.release_for_retry(claim, reason)
-    ingest.send_again([claim.document_id for claim in claims])
+    """Back to the queue, now. Best effort: when the database or the broker is down too (often why a batch
+    failed), their leases run out or their pending age passes and the sweeper queues them again."""
+    try:
+        for claim in claims:
+            ingest.ledger.release_for_retry(claim, reason)
+        ingest.send_again([claim.document_id for claim in claims])
+    except Exception:
+        _log.warning("could not queue %d documents again now; the sweeper will", len(claims), exc_info=True)
 
 
 def fail_document(ledger: DocumentLedger, claim: Claim, reason: str) -> None:
