@@ -244,12 +244,19 @@ def test_every_kind_becomes_a_png_with_a_bar_per_measured_cell(bench: SimpleName
 
     figures, _ = bench.plots.render(tmp_path, said.append)
 
-    # quality: scifact × 4 runs + jsquad × 5 runs, in both panels; jsquad's degraded hybrid+rerank is hatched.
+    # quality: scifact × 5 runs + jsquad × 6 runs, in both panels; jsquad's degraded hybrid+rerank is hatched.
     quality = figures["quality"].axes
     assert [axis.get_ylabel() for axis in quality] == ["nDCG@10", "MRR@10"]
-    assert [bars(axis) for axis in quality] == [9, 9]
+    assert [bars(axis) for axis in quality] == [11, 11]
     legend = [text.get_text() for text in figures["quality"].legends[0].get_texts()]
-    assert legend == ["keyword", "semantic", "hybrid", "hybrid+rerank", "keyword (char-bigram BM25)"]
+    assert legend == [
+        "keyword",
+        "semantic",
+        "hybrid",
+        "hybrid + feedback",
+        "hybrid+rerank",
+        "keyword (char-bigram BM25)",
+    ]
     assert [tick.get_text() for tick in quality[0].get_xticklabels()] == ["scifact (train)", "jsquad (dev)"]
     reranked = next(
         c for c in quality[0].containers if isinstance(c, BarContainer) and c.get_label() == "hybrid+rerank"
