@@ -180,7 +180,9 @@ class LongDocuments:
             )
         bm25, encoder = self._bm25_for(claim.analyzer), self._encoder_for(work.embedding_model)
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
-        embedded = embed_in_slices(texts, claim.title, encoder, bm25, lambda: self._ranges.renew_range(work))
+        embedded = embed_in_slices(
+            texts, [claim.title] * len(texts), encoder, bm25, lambda: self._ranges.renew_range(work)
+        )
         if embedded is None or (current := self._ranges.renew_range(work)) is None:
             return IngestOutcome(claim.document_id, "superseded")
         check_same_model(work.claim, current)

@@ -147,7 +147,8 @@ class IngestPipeline:
             return superseded
         with clock.stage("embed"):
             embed_texts = [embedding_text(current.title, chunk) for chunk in chunks]
-            embedded = embed_in_slices(embed_texts, current.title, encoder, bm25, partial(self._ledger.renew, current))
+            titles = [current.title] * len(embed_texts)
+            embedded = embed_in_slices(embed_texts, titles, encoder, bm25, partial(self._ledger.renew, current))
         if embedded is None or (current := self._ledger.renew(current)) is None:
             return superseded
         check_same_model(claim, current)
@@ -195,8 +196,10 @@ class IngestPipeline:
         started = time.perf_counter()
         texts = [embedding_text(document.claim.title, chunk) for document in prepared for chunk in document.chunks]
         titles = [document.claim.title for document in prepared for _ in document.chunks]
-        dense = embed_batch_in_slices(texts, encoder, partial(self._ledger.renew_many, claims))
-        sparse = [bm25.encode_document(text, title) for text, title in zip(texts, titles, strict=True)]
+        # Each document's own state is checked by the renewal after embedding: the batch goes on meanwhile.
+        embedded = embed_in_slices(texts, titles, encoder, bm25, heartbeat)
+        assert embedded is not None  # renew_many answers a dict, never None
+        dense, sparse = embedded
         _share_seconds(prepared, "embed", time.perf_counter() - started)
         current = self._ledger.renew_many(document.claim for document in prepared)
         builds: list[tuple[PreparedDocument, DocumentPoints]] = []
@@ -377,32 +380,26 @@ def check_same_model(claim: Claim, current: Claim) -> None:
 
 
 def embed_in_slices(
-    texts: list[str], title: str, encoder: PassageEncoder, bm25: Bm25Encoder, renew: Callable[[], object | None]
+    texts: list[str],
+    titles: list[str],
+    encoder: PassageEncoder,
+    bm25: Bm25Encoder,
+    renew: Callable[[], object | None],
 ) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
-    """Dense and BM25 vectors, a slice at a time with the lease renewed in between (`renew`), so that a large
-    document keeps its claim (and a superseded one stops early). None when superseded."""
+    """Dense and BM25 vectors of `texts` (each with its document's title in `titles`), a slice at a time with the
+    lease renewed in between (`renew`), so that a large document (or batch) keeps its claim, and a superseded one
+    stops early. None when superseded (`renew` answered None)."""
     dense_parts: list[NDArray[np.float32]] = []
     sparse: list[SparseTerms] = []
     for start in range(0, len(texts), EMBED_SLICE):
         if start and renew() is None:
             return None
-        piece = texts[start : start + EMBED_SLICE]
-        dense_parts.append(encoder.embed_passages(piece))
-        sparse.extend(bm25.encode_document(text, title) for text in piece)
+        piece = slice(start, start + EMBED_SLICE)
+        dense_parts.append(encoder.embed_passages(texts[piece]))
+        sparse.extend(
+            bm25.encode_document(text, title) for text, title in zip(texts[piece], titles[piece], strict=True)
+        )
     return np.concatenate(dense_parts), sparse
-
-
-def embed_batch_in_slices(
-    texts: list[str], encoder: PassageEncoder, renew: Callable[[], object]
-) -> NDArray[np.float32]:
-    """Dense vectors of a batch's chunks, the leases renewed between slices (a batch is as long as a document
-    of as many chunks)."""
-    parts = []
-    for start in range(0, len(texts), EMBED_SLICE):
-        if start:
-            renew()
-        parts.append(encoder.embed_passages(texts[start : start + EMBED_SLICE]))
-    return np.concatenate(parts)
 
 
 def _share_seconds(documents: list[PreparedDocument], stage: str, seconds: float) -> None:
