@@ -14,22 +14,13 @@ from ragkb_cli.__main__ import main
 from ragkb_core.fusion import AnswerShape, FusionSettings, QueryLegs, answer, relevance, same_up_to_ties
 from ragkb_core.kb_settings import KbRetrieval, RelevanceCalibration
 from tests.e2e.conftest import RunningRagkb
+from tests.e2e.test_evaluations import DOCS as HANDBOOK
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
+# The evaluations' HR handbook, and two Japanese documents beside it.
 DOCS = {
-    "leave": ("Annual leave", "Employees receive twenty days of paid annual leave each year."),
-    "sick": ("Sick leave", "Sick leave needs a doctor's note after three days away from work."),
-    "expenses": ("Travel expenses", "Travel expenses are reimbursed within thirty days of the trip."),
-    "per-diem": ("Per diem", "Meals on business trips are covered by a daily allowance, the per diem."),
-    "laptops": ("Laptop replacement", "Laptops are replaced every three years by the IT department."),
-    "passwords": ("Password rules", "Passwords must be rotated every ninety days and never shared."),
-    "vpn": ("VPN access", "Remote access to internal systems goes through the company VPN."),
-    "parking": ("Parking", "Parking spaces at the office are assigned by seniority."),
-    "canteen": ("Canteen", "The canteen serves lunch from noon to two o'clock on weekdays."),
-    "fire": ("Fire safety", "Fire drills take place twice a year; assembly point is the car park."),
-    "onboarding": ("Onboarding", "New employees meet their mentor on the first day and get a badge."),
-    "payroll": ("Payroll", "Salaries are paid on the twenty-fifth of every month by bank transfer."),
+    **HANDBOOK,
     "kyuka": ("年次有給休暇", "従業員には毎年二十日の年次有給休暇が与えられる。"),
     "tsukin": ("通勤手当", "通勤にかかる交通費は毎月の給与とともに支給される。"),
 }
