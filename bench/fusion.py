@@ -131,18 +131,24 @@ def keyword_vector(encoder: Bm25Encoder, passage: Passage, title_weight: int) ->
 
 
 def build_index(
-    root: Path, collection: Collection, encoder: Bm25Encoder, title_weight: int, *, with_text: bool = False
+    root: Path,
+    collection: Collection,
+    encoder: Bm25Encoder,
+    title_weight: int,
+    *,
+    with_text: bool = False,
+    kb: str = KB,
 ) -> EdgeIndex:
-    """The collection as a KB's index; `with_text`: with the payload fields a search's answer reads."""
+    """The collection as the index of KB `kb`; `with_text`: with the payload fields a search's answer reads."""
     index = EdgeIndex(QdrantSettings(path=root))
-    index.create_kb(KB, dense_size=collection.passage_vectors.shape[1])
+    index.create_kb(kb, dense_size=collection.passage_vectors.shape[1])
     points = [
         IndexPoint(
-            id=point_id(KB, passage.document_id, 1, passage.ordinal),
+            id=point_id(kb, passage.document_id, 1, passage.ordinal),
             dense=vector.tolist(),
             sparse=keyword_vector(encoder, passage, title_weight),
             payload={
-                "kb_id": KB,
+                "kb_id": kb,
                 "document_id": passage.document_id,
                 "source_id": passage.document_id,
                 "version": 1,
@@ -156,7 +162,7 @@ def build_index(
         for position, (passage, vector) in enumerate(zip(collection.passages, collection.passage_vectors, strict=True))
     ]
     for start in range(0, len(points), 512):
-        index.upsert(KB, points[start : start + 512])
+        index.upsert(kb, points[start : start + 512])
     return index
 
 

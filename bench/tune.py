@@ -33,17 +33,16 @@ from typing import Any
 
 from common import save_result
 from embedded import Collection, load
-from fusion import Config, keyword_encoder, keyword_vector
+from fusion import Config, keyword_encoder
+from fusion import build_index as fusion_index
 
 from ragkb_analyzer import Bm25Encoder
 from ragkb_core.contracts import ScopeFilter
 from ragkb_core.fusion import FusionSettings, QueryLegs, answer, same_up_to_ties
-from ragkb_core.ids import point_id
 from ragkb_core.kb_settings import KbRetrieval
-from ragkb_core.settings import EmbeddingSettings, QdrantSettings
+from ragkb_core.settings import EmbeddingSettings
 from ragkb_core.tuning import TuneResult, TuneSpace, answer_shape, candidates, leg_depth, tune
 from ragkb_retriever.index.edge import EdgeIndex
-from ragkb_retriever.index.port import IndexPoint
 from ragkb_retriever.searching import leg_candidates, qdrant_rrf_k
 
 KB = "0" * 32
@@ -52,28 +51,7 @@ NEW_KB_ANALYZER = Config("v2", 2, "dbsf", 1.0, 60, 84)
 
 
 def build_index(root: Path, collection: Collection, encoder: Bm25Encoder) -> EdgeIndex:
-    index = EdgeIndex(QdrantSettings(path=root))
-    index.create_kb(KB, dense_size=collection.passage_vectors.shape[1])
-    points = [
-        IndexPoint(
-            id=point_id(KB, passage.document_id, 1, passage.ordinal),
-            dense=vector.tolist(),
-            sparse=keyword_vector(encoder, passage, NEW_KB_ANALYZER.title_weight),
-            payload={
-                "kb_id": KB,
-                "document_id": passage.document_id,
-                "source_id": passage.document_id,
-                "version": 1,
-                "ordinal": passage.ordinal,
-                "labels": [],
-                "doc_type": "knowledge",
-                "text": passage.body,
-            },
-        )
-        for passage, vector in zip(collection.passages, collection.passage_vectors, strict=True)
-    ]
-    for start in range(0, len(points), 512):
-        index.upsert(KB, points[start : start + 512])
+    index = fusion_index(root, collection, encoder, NEW_KB_ANALYZER.title_weight, with_text=True, kb=KB)
     # HNSW built now, as the retriever's maintainer builds it for a KB past 2,000 points (optimize_after_points):
     # every search below runs on the index a KB of this size is served from, not half of them before it.
     index.optimize(KB)
