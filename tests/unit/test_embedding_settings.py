@@ -89,3 +89,20 @@ def test_a_plain_list_names_models_that_load_by_their_name(monkeypatch: pytest.M
     assert embedding.model_names == ["multilingual-e5-small", MINILM_FOLDER]
     loaded = embedding.for_model(MINILM_FOLDER)
     assert (loaded.model, loaded.query_prefix, loaded.passage_prefix) == (MINILM_FOLDER, "", "")
+
+
+@pytest.mark.parametrize(("cores", "processes", "threads"), [(2, 2, 1), (8, 2, 4), (4, 1, 4), (2, 4, 1)])
+def test_each_task_process_embeds_with_its_share_of_the_cores(
+    monkeypatch: pytest.MonkeyPatch, cores: int, processes: int, threads: int
+) -> None:
+    monkeypatch.setattr("os.sched_getaffinity", lambda _pid: set(range(cores)))
+    monkeypatch.setenv("RAGKB_TASKS__CONCURRENCY", str(processes))
+    settings = WorkerSettings()
+    assert settings.embedding.threads == 0
+    assert settings.task_embedding().threads == threads
+
+
+def test_threads_set_by_the_operator_are_kept_in_task_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("RAGKB_EMBEDDING__THREADS", "3")
+    monkeypatch.setenv("RAGKB_TASKS__CONCURRENCY", "2")
+    assert WorkerSettings().task_embedding().threads == 3

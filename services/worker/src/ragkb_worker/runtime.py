@@ -49,7 +49,7 @@ def build_runtime(
     sessions = build_session_factory(build_engine(settings.database))
     retriever = RetrieverClient(settings.retriever, settings.service_token)
     blobs = BlobStore(settings.blobs.root)
-    embedders = EmbedderPool(settings.embedding)
+    embedders = EmbedderPool(settings.task_embedding())
     with timed_model_load("embedder", settings.embedding.model):
         embedders.get()  # the default model now; another allowed one on the first document that needs it
     ledger = DocumentLedger(sessions, settings.tasks.lease_s)

@@ -24,6 +24,13 @@ from ragkb_core.settings import (
 )
 
 
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's cpuset) where the platform tells."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
 class TaskSettings(BaseModel):
     soft_time_limit_s: int = Field(default=900, ge=1)
     hard_time_limit_s: int = Field(default=960, ge=1)
@@ -46,7 +53,7 @@ class TaskSettings(BaseModel):
     # Task processes. One per core: a document spends much of its time outside the embedder (parsing, the
     # database, the retriever's HTTP write), so a second process on 2 cores took ingestion of short documents
     # from ~3.5 to ~8 documents/s (bench/ingest.py). Each process holds its own copy of the embedder.
-    concurrency: int = Field(default_factory=lambda: os.cpu_count() or 1, ge=1)
+    concurrency: int = Field(default_factory=available_cores, ge=1)
     # CPU priority of the task processes (Unix nice, 0–19): while documents are embedded, searches (the api,
     # the retriever) get the cores first; on an otherwise idle machine ingestion still has all of them.
     nice: int = Field(default=10, ge=0, le=19)
@@ -118,3 +125,13 @@ class WorkerSettings(BaseSettings):
     log: LogSettings = Field(default_factory=LogSettings)
     # GET /metrics (RAGKB_METRICS__ENABLED, RAGKB_METRICS__TOKEN).
     metrics: MetricsSettings = Field(default_factory=MetricsSettings)
+
+    def task_embedding(self) -> EmbeddingSettings:
+        """The embedding settings of one task process. Threads 0 ("the runtime decides") would give each of the
+        `tasks.concurrency` processes one thread per core, so two processes embedding at once on two cores ran
+        four threads; each process gets its share of the cores instead (bench/batching_ab.py on 2 cores: +10 %
+        documents/s, −12 % CPU per document). A set `RAGKB_EMBEDDING__THREADS` is kept as it is."""
+        if self.embedding.threads:
+            return self.embedding
+        share = max(1, available_cores() // self.tasks.concurrency)
+        return self.embedding.model_copy(update={"threads": share})
