@@ -100,14 +100,17 @@ class Api:
     cpu_ms: dict[str, float] = field(default_factory=dict)
 
 
-def start_api(name: str, repo: Path, workdir: Path, retriever_port: int) -> Api:
+def start_api(
+    name: str, repo: Path, workdir: Path, retriever_port: int, *, grant: str = "read", redis_url: str = REDIS_URL
+) -> Api:
+    """`name`'s api on its own SQLite database holding KB_ID, and a client with a key of `grant` on it."""
     port, admin = free_port(), secrets.token_urlsafe(32)
     database = f"sqlite:///{workdir / 'ragkb.db'}"
     env = os.environ | {
         "RAGKB_API__PORT": str(port),
         "RAGKB_DATABASE__URL": database,
         "RAGKB_BLOBS__ROOT": str(workdir / "blobs"),
-        "RAGKB_REDIS__URL": REDIS_URL,
+        "RAGKB_REDIS__URL": redis_url,
         "RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": admin,
         "RAGKB_SERVICE_TOKEN": secrets.token_urlsafe(16),
         "RAGKB_RETRIEVER__URL": f"http://127.0.0.1:{retriever_port}",
@@ -131,7 +134,7 @@ def start_api(name: str, repo: Path, workdir: Path, retriever_port: int) -> Api:
     )
     subprocess.run([python, "-c", add_kb], cwd=repo, check=True)
     with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {admin}"}) as http:
-        created = http.post("/v1/api-keys", json={"name": "bench", "role": "client", "grants": {KB_ID: "read"}})
+        created = http.post("/v1/api-keys", json={"name": "bench", "role": "client", "grants": {KB_ID: grant}})
         key = created.raise_for_status().json()["key"]
     return Api(name, process, httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key}"}))
 

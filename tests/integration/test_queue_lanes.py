@@ -23,7 +23,7 @@ from ragkb_core.settings import RedisSettings
 from ragkb_store.blobs import BlobStore
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import KnowledgeBase
-from ragkb_store.ledger import DocumentLedger, LaneCounts, NewVersion
+from ragkb_store.ledger import DocumentLedger, LaneCounts, NewVersion, RecordedVersion
 from ragkb_store.ledger.jobs import add_items, start_job
 from ragkb_store.queue import (
     BULK_QUEUE,
@@ -159,6 +159,21 @@ def test_a_small_bulk_job_goes_ahead_of_a_large_ones_tail(lanes: Lanes) -> None:
     # The large KB's first 50 share priority 0 with the small KB's 5; its other 70 come after all of them.
     assert max(taken.index(document_id) for document_id in small_ids) < 55
     assert taken[55:] == [document_id for document_id in taken if document_id in large_ids[50:]]
+
+
+def test_a_batch_sent_at_once_gets_the_priorities_of_its_documents_sent_one_by_one(lanes: Lanes) -> None:
+    one_by_one, at_once = lanes.add_kb(), lanes.add_kb()
+    lanes.upload(one_by_one, 40, Lane.BULK)
+    lanes.upload(at_once, 40, Lane.BULK)
+    singles = lanes.upload(one_by_one, 70, Lane.BULK)
+    outcomes = lanes.ledger.record_versions([new_version(at_once, Lane.BULK) for _ in range(70)])
+    batch = [outcome.document.id for outcome in outcomes if isinstance(outcome, RecordedVersion)]
+    lanes.queue.send_batch(at_once, [(document_id, Lane.BULK) for document_id in batch])
+
+    priority = dict(waiting(lanes.broker, Lane.BULK))
+    # Each KB's 41st to 49th documents at 0 (fewer than 50 waiting before them), the next 50 at 3, the rest at 6.
+    assert [priority[document_id] for document_id in batch] == [priority[document_id] for document_id in singles]
+    assert [priority[document_id] for document_id in batch][8:10] == [0, 3]
 
 
 def test_the_uploads_a_sync_waits_for_are_bulk_work(lanes: Lanes) -> None:

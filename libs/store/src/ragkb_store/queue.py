@@ -10,6 +10,8 @@ a few bulk documents goes ahead of one with a hundred thousand.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from celery import Celery
 
 from ragkb_core.settings import RedisSettings
@@ -131,6 +133,25 @@ class IngestQueue:
             return
         priority = bulk_priority(self._ledger.bulk_backlog(kb_id))
         enqueue_ingest(self._app, document_id, Lane.BULK, priority)
+
+    def send_batch(self, kb_id: str, documents: Sequence[tuple[str, Lane]]) -> None:
+        """Send a batch's documents of one KB, (id, lane) in order, all recorded already: the KB's bulk backlog
+        is counted once, and each bulk message gets the priority `send` would have given it had the documents
+        been recorded and sent one by one (the backlog before the batch, plus its own place in the batch). The
+        first failure to send is raised: the rest are left to the sweeper too."""
+        priorities = self._bulk_priorities(kb_id, [document_id for document_id, lane in documents if lane == Lane.BULK])
+        for document_id, _lane in documents:
+            if document_id in priorities:
+                enqueue_ingest(self._app, document_id, Lane.BULK, priorities[document_id])
+            else:
+                enqueue_ingest(self._app, document_id)
+
+    def _bulk_priorities(self, kb_id: str, bulk: list[str]) -> dict[str, int]:
+        """The priority of each of a batch's bulk documents (none without fair queueing: one queue for all)."""
+        if not self._fair or not bulk:
+            return {}
+        before_batch = max(self._ledger.bulk_backlog(kb_id) - len(bulk), 0)
+        return {document_id: bulk_priority(before_batch + place) for place, document_id in enumerate(bulk, 1)}
 
     def send_again(self, document_ids: list[str]) -> list[str]:
         """Queue documents again, each on the lane it was queued on before (an upload handed back still goes

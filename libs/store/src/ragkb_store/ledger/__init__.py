@@ -5,6 +5,7 @@ A test keeps status writes out of every other module."""
 
 from ragkb_store.ledger.documents import (
     EVERY_DOCUMENT,
+    BatchOutcome,
     BuiltVersion,
     ChangedFields,
     Claim,
@@ -21,6 +22,7 @@ from ragkb_store.ledger.documents import (
 
 __all__ = [
     "EVERY_DOCUMENT",
+    "BatchOutcome",
     "BuiltVersion",
     "ChangedFields",
     "Claim",

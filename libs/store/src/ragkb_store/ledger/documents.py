@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,7 +21,7 @@ from sqlalchemy import ColumnElement, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
-from ragkb_core.errors import Conflict, Forbidden, NotFound
+from ragkb_core.errors import Conflict, Forbidden, NotFound, RagkbError
 from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_store.consistency import DocumentState
@@ -185,6 +185,11 @@ class _VersionMoved(Exception):
     """Another upload recorded a version between our read and our write."""
 
 
+# What record_versions did with one item: recorded (or found unchanged), or refused with the error the single
+# record_version would have raised.
+BatchOutcome = RecordedVersion | RagkbError
+
+
 class DocumentLedger:
     def __init__(self, sessions: sessionmaker[Session], lease_s: int = 300) -> None:
         self._sessions = sessions
@@ -213,6 +218,43 @@ class DocumentLedger:
                     raise
                 time.sleep(random.uniform(0, _RECORD_BACKOFF_S * (attempt + 1)))
         raise AssertionError("unreachable")
+
+    def check_versions(
+        self, news: Sequence[NewVersion], scope: DocumentScope = EVERY_DOCUMENT
+    ) -> list[RagkbError | None]:
+        """check_version for each of a batch's items (all of one KB), in one session: per item None, or the
+        error that refuses it. An item is checked against the stored documents only: one whose source_id an
+        earlier item of the batch also names is checked again when record_versions records it."""
+        if not news:
+            return []
+        with self._sessions() as session:
+            try:
+                load_writable_kb(session, news[0].kb_id)
+            except RagkbError as exc:
+                return [exc] * len(news)
+            existing = _documents_by_sources(session, news[0].kb_id, {new.source_id for new in news})
+            return [_refusal_of(session, existing.get(new.source_id), new, scope) for new in news]
+
+    def record_versions(self, news: Sequence[NewVersion], scope: DocumentScope = EVERY_DOCUMENT) -> list[BatchOutcome]:
+        """record_version for each of a batch's items (all of one KB), in order, in one transaction with a
+        savepoint per item: a refused item reports its error and the others still go in, and an item naming the
+        source_id of an earlier one becomes its next version, as when they are sent one by one. An item that
+        collides with a concurrent upload (record_version's retries) is recorded again on its own after the
+        batch's commit, with the later items of its source_id, so that their order holds."""
+        if not news:
+            return []
+        with transaction(self._sessions) as session:
+            outcomes = _record_batch(session, news, scope)
+        return [
+            outcome if outcome is not None else self._record_or_refusal(new, scope)
+            for new, outcome in zip(news, outcomes, strict=True)
+        ]
+
+    def _record_or_refusal(self, new: NewVersion, scope: DocumentScope) -> BatchOutcome:
+        try:
+            return self.record_version(new, scope)
+        except RagkbError as exc:
+            return exc
 
     def get(self, kb_id: str, document_id: str, scope: DocumentScope = EVERY_DOCUMENT) -> Document:
         """The document, if it is in the KB and inside the scope (one NotFound otherwise)."""
@@ -684,17 +726,63 @@ def send_back_to_pending(session: Session, document: Document, lane: Lane) -> No
     record_ingest_job(session, document)
 
 
-def record_ingest_job(session: Session, document: Document) -> None:
+def record_ingest_job(session: Session, document: Document, *, first_run: bool = False) -> None:
     """The operator's record of one run of the document through the pipeline. Runs of earlier versions that
-    never finished are closed: only the newest one is marked by the worker."""
-    session.execute(
-        update(Job)
-        .where(Job.document_id == document.id, Job.kind == JobKind.INGEST, Job.status.in_(ACTIVE_JOB_STATUSES))
-        .values(status=JobStatus.CANCELLED, finished_at=utcnow(), errors=["superseded by a newer run"])
-    )
+    never finished are closed: only the newest one is marked by the worker. `first_run`: the document was just
+    inserted, no run of it can be open (one statement less per new document of an import)."""
+    if not first_run:
+        session.execute(
+            update(Job)
+            .where(Job.document_id == document.id, Job.kind == JobKind.INGEST, Job.status.in_(ACTIVE_JOB_STATUSES))
+            .values(status=JobStatus.CANCELLED, finished_at=utcnow(), errors=["superseded by a newer run"])
+        )
     session.add(
         Job(id=new_id(), kind=JobKind.INGEST, kb_id=document.kb_id, document_id=document.id, status=JobStatus.QUEUED)
     )
+
+
+def _record_batch(session: Session, news: Sequence[NewVersion], scope: DocumentScope) -> list[BatchOutcome | None]:
+    """Each item in its savepoint; None for an item to record again on its own (it collided, or an earlier item
+    of its source_id did). A KB that no longer takes writes refuses every item."""
+    kb_id = news[0].kb_id
+    try:
+        load_writable_kb(session, kb_id)
+    except RagkbError as exc:
+        return [exc] * len(news)
+    _begin_writing(session, kb_id)
+    awaited = _sources_awaited_by_sync(session, kb_id, {new.source_id for new in news})
+    collided: set[str] = set()
+    outcomes: list[BatchOutcome | None] = []
+    for new in news:
+        outcome = None if new.source_id in collided else _record_in_savepoint(session, new, scope, awaited)
+        if outcome is None:
+            collided.add(new.source_id)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _record_in_savepoint(
+    session: Session, new: NewVersion, scope: DocumentScope, awaited_by_sync: set[str]
+) -> BatchOutcome | None:
+    try:
+        with session.begin_nested():
+            recorded = _record_in_writable_kb(session, new, scope, awaited_by_sync)
+    except RagkbError as exc:
+        return exc
+    except (IntegrityError, _VersionMoved):
+        return None
+    # Detached as recorded: a later item of the same source_id reads the row anew instead of refreshing (and
+    # changing) this item's document.
+    session.expunge(recorded.document)
+    return recorded
+
+
+def _begin_writing(session: Session, kb_id: str) -> None:
+    """Open the write transaction before the first savepoint. The sqlite3 driver begins a transaction only at
+    the first write, so a SAVEPOINT before any write would begin one itself, and its RELEASE would commit each
+    item on its own; PostgreSQL is already in its transaction and needs nothing (nor a lock on the KB row)."""
+    if session.get_bind().dialect.name == "sqlite":
+        _serialize_label_writes(session, kb_id)
 
 
 def _record_version(session: Session, new: NewVersion, scope: DocumentScope) -> RecordedVersion:
@@ -702,7 +790,15 @@ def _record_version(session: Session, new: NewVersion, scope: DocumentScope) -> 
     # get a new document.
     load_writable_kb(session, new.kb_id)
     # Asked before the document is read: between that read and the write, other uploads of it may move it on.
-    if _awaited_by_sync(session, new.kb_id, new.source_id):
+    return _record_in_writable_kb(session, new, scope, _sources_awaited_by_sync(session, new.kb_id, {new.source_id}))
+
+
+def _record_in_writable_kb(
+    session: Session, new: NewVersion, scope: DocumentScope, awaited_by_sync: set[str]
+) -> RecordedVersion:
+    """The version recorded, its KB checked already in this transaction; `awaited_by_sync`: the source_ids a
+    sync waits for (their versions go to the bulk lane)."""
+    if new.source_id in awaited_by_sync:
         new = replace(new, lane=Lane.BULK)
     existing = _document_by_source(session, new.kb_id, new.source_id)
     _check_new_version(session, existing, new, scope)
@@ -714,8 +810,18 @@ def _record_version(session: Session, new: NewVersion, scope: DocumentScope) -> 
         # Read before the write: the row object is refreshed with the new version's values.
         replaced = existing.blob_sha256 if existing.blob_sha256 != new.blob_sha256 else None
         document = _next_version(session, existing, new)
-    record_ingest_job(session, document)
+    record_ingest_job(session, document, first_run=existing is None)
     return RecordedVersion(document, replaced, changed=True)
+
+
+def _refusal_of(
+    session: Session, existing: Document | None, new: NewVersion, scope: DocumentScope
+) -> RagkbError | None:
+    try:
+        _check_new_version(session, existing, new, scope)
+    except RagkbError as exc:
+        return exc
+    return None
 
 
 def _check_new_version(session: Session, existing: Document | None, new: NewVersion, scope: DocumentScope) -> None:
@@ -810,25 +916,36 @@ def _version_fields(new: NewVersion, title: str) -> dict[str, Any]:
     }
 
 
-def _awaited_by_sync(session: Session, kb_id: str, source_id: str) -> bool:
-    """A sync's job waits for this upload: it is one of a folder's files, bulk work."""
-    query = (
-        select(JobItem.id)
-        .join(Job, Job.id == JobItem.job_id)
-        .where(
-            JobItem.kb_id == kb_id,
-            JobItem.source_id == source_id,
-            JobItem.status == JobItemStatus.PENDING,
-            JobItem.action == ItemAction.UPLOAD,
-            Job.kind == JobKind.SYNC,
+def _sources_awaited_by_sync(session: Session, kb_id: str, source_ids: set[str]) -> set[str]:
+    """Those of the source_ids whose upload a sync's job waits for: they are a folder's files, bulk work."""
+    ordered, awaited = sorted(source_ids), set[str]()
+    for start in range(0, len(ordered), _BATCH):
+        query = (
+            select(JobItem.source_id)
+            .join(Job, Job.id == JobItem.job_id)
+            .where(
+                JobItem.kb_id == kb_id,
+                JobItem.source_id.in_(ordered[start : start + _BATCH]),
+                JobItem.status == JobItemStatus.PENDING,
+                JobItem.action == ItemAction.UPLOAD,
+                Job.kind == JobKind.SYNC,
+            )
         )
-    )
-    return session.scalar(query.limit(1)) is not None
+        awaited.update(session.scalars(query.distinct()))
+    return awaited
 
 
 def _document_by_source(session: Session, kb_id: str, source_id: str) -> Document | None:
     query = select(Document).where(Document.kb_id == kb_id, Document.source_id == source_id)
     return session.scalars(query.with_for_update().execution_options(populate_existing=True)).one_or_none()
+
+
+def _documents_by_sources(session: Session, kb_id: str, source_ids: set[str]) -> dict[str, Document]:
+    ordered, found = sorted(source_ids), dict[str, Document]()
+    for start in range(0, len(ordered), _BATCH):
+        query = select(Document).where(Document.kb_id == kb_id, Document.source_id.in_(ordered[start : start + _BATCH]))
+        found.update((document.source_id, document) for document in session.scalars(query))
+    return found
 
 
 def _visible_document(session: Session, kb_id: str, document_id: str, scope: DocumentScope) -> Document:

@@ -31,7 +31,7 @@ from ragkb_core.settings import JobSettings, LimitSettings
 from ragkb_store.blobs import BlobStore, sha256_of
 from ragkb_store.db.models import Document
 from ragkb_store.knowledge_bases import load_kb, load_writable_kb
-from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger, NewVersion
+from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger, NewVersion, RecordedVersion
 from ragkb_store.queue import IngestQueue
 from ragkb_store.states import Lane, lane_of_batch
 
@@ -60,6 +60,16 @@ class DocumentFilters:
 PreparedUpload = tuple[DocumentFields, Upload]
 
 
+@dataclass(frozen=True)
+class _BatchItem:
+    """An item of a batch on its way in: its place, the source_id it was sent with, its version and content."""
+
+    index: int
+    source_id: str | None
+    new: NewVersion
+    data: bytes
+
+
 class DocumentService:
     def __init__(
         self,
@@ -85,9 +95,7 @@ class DocumentService:
         """Check the version, store the original, record the version (or recognise an unchanged one), then
         enqueue on `lane`. Every refusal comes before the original is stored, so a refused upload leaves
         nothing."""
-        self._check_size(upload)
-        media_type = detect_media_type(upload.filename, upload.data[:8192], upload.declared_type)
-        new = _new_version(kb_id, fields, upload, media_type, lane)
+        new = self._new_version(kb_id, fields, upload, lane)
         self._ledger.check_version(new, caller.document_scope)
         self._blobs.put(upload.data)
         try:
@@ -103,8 +111,9 @@ class DocumentService:
         return DocumentAccepted(**document_out(recorded.document).model_dump(), unchanged=not recorded.changed)
 
     def accept_batch(self, kb_id: str, items: Sequence[PreparedUpload | RagkbError], caller: Caller) -> BatchAccepted:
-        """Accept each item on its own, in order: an item that was refused (here, or already when it was read)
-        is reported with its error and the others still go in. The KB itself must exist and take writes."""
+        """Accept each item as `accept` would have, one after the other, but checked in one session and recorded
+        in one transaction: an item that was refused (here, or already when it was read) is reported with its
+        error and the others still go in. The KB itself must exist and take writes."""
         if len(items) > self._limits.max_batch_documents:
             raise InvalidInput(
                 f"a batch carries at most {self._limits.max_batch_documents} documents, not {len(items)}"
@@ -112,21 +121,69 @@ class DocumentService:
         with self._sessions() as session:
             load_writable_kb(session, kb_id)
         lane = lane_of_batch(len(items), self._interactive_max_documents)
-        results = [self._accept_item(kb_id, index, item, caller, lane) for index, item in enumerate(items)]
-        failed = sum(1 for result in results if result.error is not None)
-        return BatchAccepted(accepted=len(results) - failed, failed=failed, results=results)
+        results: dict[int, BatchItemResult] = {}
+        prepared = self._prepared_items(kb_id, items, lane, results)
+        checked = self._checked_items(prepared, caller, results)
+        self._record_items(kb_id, checked, caller, results)
+        ordered = [results[index] for index in range(len(items))]
+        failed = sum(1 for result in ordered if result.error is not None)
+        return BatchAccepted(accepted=len(ordered) - failed, failed=failed, results=ordered)
 
-    def _accept_item(
-        self, kb_id: str, index: int, item: PreparedUpload | RagkbError, caller: Caller, lane: Lane
-    ) -> BatchItemResult:
-        if isinstance(item, RagkbError):  # refused already when it was read
-            return _refused(index, None, item)
-        fields, upload = item
+    def _prepared_items(
+        self, kb_id: str, items: Sequence[PreparedUpload | RagkbError], lane: Lane, results: dict[int, BatchItemResult]
+    ) -> list[_BatchItem]:
+        """The items that pass the size and type checks, as versions; the others' errors go in `results`."""
+        prepared = []
+        for index, item in enumerate(items):
+            if isinstance(item, RagkbError):  # refused already when it was read
+                results[index] = _refused(index, None, item)
+                continue
+            fields, upload = item
+            try:
+                new = self._new_version(kb_id, fields, upload, lane)
+            except RagkbError as exc:
+                results[index] = _refused(index, fields.source_id, exc)
+                continue
+            prepared.append(_BatchItem(index, fields.source_id, new, upload.data))
+        return prepared
+
+    def _checked_items(
+        self, items: list[_BatchItem], caller: Caller, results: dict[int, BatchItemResult]
+    ) -> list[_BatchItem]:
+        """The items the ledger would record, their originals stored; the others' errors go in `results`."""
+        refusals = self._ledger.check_versions([item.new for item in items], caller.document_scope)
+        checked = []
+        for item, refusal in zip(items, refusals, strict=True):
+            if refusal is None:
+                checked.append(item)
+            else:
+                results[item.index] = _refused(item.index, item.source_id, refusal)
+        for item in checked:
+            self._blobs.put(item.data)
+        return checked
+
+    def _record_items(
+        self, kb_id: str, items: list[_BatchItem], caller: Caller, results: dict[int, BatchItemResult]
+    ) -> None:
+        """Record the checked items and enqueue the changed ones; the originals of refused items and those the
+        documents no longer use are deleted unless another document has them."""
         try:
-            document = self.accept(kb_id, fields, upload, caller, lane)
-        except RagkbError as exc:
-            return _refused(index, fields.source_id, exc)
-        return BatchItemResult(index=index, source_id=fields.source_id, document=document)
+            outcomes = self._ledger.record_versions([item.new for item in items], caller.document_scope)
+        except Exception:
+            self._delete_unreferenced({item.new.blob_sha256 for item in items})
+            raise
+        unused: set[str] = set()
+        for item, outcome in zip(items, outcomes, strict=True):
+            if isinstance(outcome, RagkbError):
+                results[item.index] = _refused(item.index, item.source_id, outcome)
+                unused.add(item.new.blob_sha256)
+                continue
+            document = DocumentAccepted(**document_out(outcome.document).model_dump(), unchanged=not outcome.changed)
+            results[item.index] = BatchItemResult(index=item.index, source_id=item.source_id, document=document)
+            unused.update({outcome.replaced_blob} if outcome.replaced_blob else set())
+        changed = [outcome.document for outcome in outcomes if isinstance(outcome, RecordedVersion) and outcome.changed]
+        self._enqueue_batch(kb_id, changed)
+        self._delete_unreferenced(unused)
 
     def list(self, kb_id: str, filters: DocumentFilters, caller: Caller, page: PageRequest) -> Page[DocumentOut]:
         """A page of the KB's documents, oldest first, of those inside the caller's search filter and the
@@ -184,6 +241,12 @@ class DocumentService:
             self._retriever.delete_document(kb_id, document_id, generation=generation)
         self._delete_unreferenced(self._ledger.delete(kb_id, document_id))
 
+    def _new_version(self, kb_id: str, fields: DocumentFields, upload: Upload, lane: Lane) -> NewVersion:
+        """The upload as a version to record, once its size passes; its media type read from its content."""
+        self._check_size(upload)
+        media_type = detect_media_type(upload.filename, upload.data[:8192], upload.declared_type)
+        return _new_version(kb_id, fields, upload, media_type, lane)
+
     def _check_size(self, upload: Upload) -> None:
         if len(upload.data) > self._limits.max_upload_bytes:
             raise PayloadTooLarge(f"the document is larger than {self._limits.max_upload_bytes} bytes")
@@ -195,6 +258,12 @@ class DocumentService:
             self._queue.send(document.id, document.kb_id, Lane(document.lane))
         except Exception:  # the broker is down: the document is recorded, the worker's sweeper queues it later
             _log.warning("could not queue document %s now; the sweeper will queue it", document.id, exc_info=True)
+
+    def _enqueue_batch(self, kb_id: str, documents: Sequence[Document]) -> None:
+        try:
+            self._queue.send_batch(kb_id, [(document.id, Lane(document.lane)) for document in documents])
+        except Exception:  # the broker is down: the documents are recorded, the worker's sweeper queues them later
+            _log.warning("could not queue a batch's documents now; the sweeper will queue them", exc_info=True)
 
     def _delete_unreferenced(self, shas: set[str]) -> None:
         for sha in self._ledger.unreferenced_blobs(shas):
