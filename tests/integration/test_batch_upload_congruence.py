@@ -27,7 +27,6 @@ from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import KnowledgeBase
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.queue import IngestQueue, make_celery
-from tests.support.in_process import migrated_sessions
 from tests.support.redis_db import HOST, PORT, private_redis_db
 
 pytestmark = pytest.mark.integration
@@ -52,12 +51,6 @@ ITEMS: list[Any] = [
     {"source_id": "e", "text": "Only here.", "doc_type": "reference"},
     {"source_id": "e", "text": "Only here.", "doc_type": "knowledge"},  # refused after item 10
 ]
-
-
-@pytest.fixture
-def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    with migrated_sessions(database_url) as factory:
-        yield factory
 
 
 @pytest.fixture

@@ -43,7 +43,7 @@ from ragkb_store.queue import BULK_QUEUE, DELETE_KB, make_celery
 from ragkb_store.states import ItemAction, JobItemStatus, JobKind, JobStatus
 from ragkb_worker.failures import failure_reason
 from ragkb_worker.kb_deletion import KbDeleter
-from tests.support.in_process import in_process_retriever, migrated_sessions
+from tests.support.in_process import in_process_retriever
 from tests.support.redis_db import private_redis_db
 
 pytestmark = [
@@ -55,12 +55,6 @@ pytestmark = [
 
 TOKEN = "kb-deletion-test-token"
 DIM = 8  # the test's KB indexes are created with this vector size: no embedding model is loaded
-
-
-@pytest.fixture
-def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    with migrated_sessions(database_url) as factory:
-        yield factory
 
 
 @pytest.fixture

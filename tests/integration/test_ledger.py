@@ -4,7 +4,6 @@ the jobs that record each run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
@@ -19,30 +18,10 @@ from ragkb_store.db.models import Document, Job, KnowledgeBase
 from ragkb_store.ledger import EVERY_DOCUMENT, DocumentLedger, DocumentScope, NewVersion
 from ragkb_store.ledger.jobs import requeue_failed_documents, start_job
 from ragkb_store.states import DocumentStatus, JobKind, JobStatus, Lane
-from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration
 
 PUBLIC_ONLY = DocumentScope(labels_any=frozenset({"public"}))
-
-
-@pytest.fixture
-def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    with migrated_sessions(database_url) as factory:
-        yield factory
-
-
-@pytest.fixture
-def ledger(sessions: sessionmaker[Session]) -> DocumentLedger:
-    return DocumentLedger(sessions, lease_s=60)
-
-
-@pytest.fixture
-def kb_id(sessions: sessionmaker[Session]) -> str:
-    kb_id = new_id()
-    with transaction(sessions) as session:
-        session.add(KnowledgeBase(id=kb_id, name=f"kb-{kb_id}", embedding_model="m", analyzer_version="a"))
-    return kb_id
 
 
 def version(kb_id: str, source_id: str = "a.md", content: str = "a", **fields: object) -> NewVersion:

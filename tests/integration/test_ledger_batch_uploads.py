@@ -5,7 +5,6 @@ refused item leaves the others in; an item colliding with a concurrent upload is
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -19,30 +18,10 @@ from ragkb_store.db.models import Document, KnowledgeBase
 from ragkb_store.ledger import BatchOutcome, DocumentLedger, DocumentScope, RecordedVersion
 from ragkb_store.states import JobStatus
 from tests.integration.test_ledger import ingest_jobs, version
-from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration
 
 PUBLIC_ONLY = DocumentScope(labels_any=frozenset({"public"}))
-
-
-@pytest.fixture
-def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    with migrated_sessions(database_url) as factory:
-        yield factory
-
-
-@pytest.fixture
-def ledger(sessions: sessionmaker[Session]) -> DocumentLedger:
-    return DocumentLedger(sessions, lease_s=60)
-
-
-@pytest.fixture
-def kb_id(sessions: sessionmaker[Session]) -> str:
-    kb_id = new_id()
-    with transaction(sessions) as session:
-        session.add(KnowledgeBase(id=kb_id, name=f"kb-{kb_id}", embedding_model="m", analyzer_version="a"))
-    return kb_id
 
 
 def recorded(outcome: BatchOutcome) -> RecordedVersion:

@@ -4,7 +4,6 @@ KB and lane, only when small; a batch's versions go live in one commit, each as 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -16,22 +15,10 @@ from ragkb_store.db.models import Document, KnowledgeBase
 from ragkb_store.ledger import BuiltVersion, Claim, DocumentLedger
 from ragkb_store.states import DocumentStatus, JobStatus, Lane
 from tests.integration.test_ledger import ingest_jobs, version
-from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration
 
 SMALL = 1024
-
-
-@pytest.fixture
-def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    with migrated_sessions(database_url) as factory:
-        yield factory
-
-
-@pytest.fixture
-def ledger(sessions: sessionmaker[Session]) -> DocumentLedger:
-    return DocumentLedger(sessions, lease_s=60)
 
 
 def new_kb(sessions: sessionmaker[Session]) -> str:

@@ -22,15 +22,8 @@ from ragkb_store.progress import refresh_job
 from ragkb_store.reindexing import IndexState, ReindexTarget
 from ragkb_store.states import DocumentStatus, JobStatus
 from tests.conftest import POSTGRES_ADMIN_URL
-from tests.support.in_process import migrated_sessions
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture
-def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    with migrated_sessions(database_url) as factory:
-        yield factory
 
 
 def add_kb(sessions: sessionmaker[Session]) -> str:

@@ -17,7 +17,7 @@ from ragkb_store.db.models import Document, DocumentRange, Job
 from ragkb_store.ledger import Claim, DocumentLedger
 from ragkb_store.ledger.ranges import PlannedRange, RangeFinish, RangeLedger, SplitPlan
 from ragkb_store.states import DocumentStatus, JobKind
-from tests.integration.test_ledger import kb_id, sessions, version  # noqa: F401 - fixtures shared with the ledger's tests
+from tests.integration.test_ledger import version
 
 pytestmark = pytest.mark.integration
 
@@ -25,17 +25,12 @@ RANGES = 4
 
 
 @pytest.fixture
-def ledger(sessions: sessionmaker[Session]) -> DocumentLedger:  # noqa: F811 - this module's own
-    return DocumentLedger(sessions, lease_s=60)
-
-
-@pytest.fixture
-def ranges(sessions: sessionmaker[Session]) -> RangeLedger:  # noqa: F811
+def ranges(sessions: sessionmaker[Session]) -> RangeLedger:
     return RangeLedger(sessions, lease_s=60)
 
 
 @pytest.fixture
-def split(ledger: DocumentLedger, ranges: RangeLedger, kb_id: str) -> Iterator[Claim]:  # noqa: F811
+def split(ledger: DocumentLedger, ranges: RangeLedger, kb_id: str) -> Iterator[Claim]:
     document = ledger.record_version(version(kb_id, "manual.pdf")).document
     claim = ledger.claim(document.id)
     assert claim is not None
@@ -50,7 +45,7 @@ def plan(count: int) -> SplitPlan:
     return SplitPlan(planned, "f" * 64, {"pages": 3 * count}, {"parse": 1.0, "chunk": 0.5}, 2 * count)
 
 
-def progress(sessions: sessionmaker[Session], document_id: str) -> tuple[int, int, int, int]:  # noqa: F811
+def progress(sessions: sessionmaker[Session], document_id: str) -> tuple[int, int, int, int]:
     with sessions() as session:
         document = session.get_one(Document, document_id)
         job = session.scalars(select(Job).where(Job.document_id == document_id, Job.kind == JobKind.INGEST)).one()
@@ -67,7 +62,7 @@ def test_a_range_is_taken_once_while_its_lease_lives(ranges: RangeLedger, split:
 def test_progress_counts_ranges_and_one_caller_completes_the_split(
     ranges: RangeLedger,
     split: Claim,
-    sessions: sessionmaker[Session],  # noqa: F811
+    sessions: sessionmaker[Session],
 ) -> None:
     works = [ranges.claim_range(split.document_id, split.version, n) for n in range(RANGES)]
     assert all(work is not None for work in works)
@@ -90,7 +85,7 @@ def test_a_failed_document_ends_its_split_and_its_ranges_stop(
     ledger: DocumentLedger,
     ranges: RangeLedger,
     split: Claim,
-    sessions: sessionmaker[Session],  # noqa: F811
+    sessions: sessionmaker[Session],
 ) -> None:
     work = ranges.claim_range(split.document_id, split.version, 0)
     assert work is not None
@@ -106,7 +101,7 @@ def test_a_new_version_supersedes_the_split_and_a_live_version_removes_it(
     ledger: DocumentLedger,
     ranges: RangeLedger,
     split: Claim,
-    kb_id: str,  # noqa: F811
+    kb_id: str,
 ) -> None:
     work = ranges.claim_range(split.document_id, split.version, 0)
     newer = ledger.record_version(version(kb_id, "manual.pdf", content="b")).document
@@ -120,7 +115,7 @@ def test_a_new_version_supersedes_the_split_and_a_live_version_removes_it(
     assert ranges.split_of(claim) is None
 
 
-def test_an_expired_range_lease_lets_another_worker_take_it(sessions: sessionmaker[Session], split: Claim) -> None:  # noqa: F811
+def test_an_expired_range_lease_lets_another_worker_take_it(sessions: sessionmaker[Session], split: Claim) -> None:
     short = RangeLedger(sessions, lease_s=1)
     assert short.claim_range(split.document_id, split.version, 3) is not None
     time.sleep(1.5)

@@ -4,7 +4,6 @@ a finished run stores its result and next run time (times compared as UTC on bot
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -18,13 +17,6 @@ from ragkb_store.db.models import Job, KnowledgeBase, Source, utcnow
 from ragkb_store.ledger.sources import RunOutcome, SourceLedger
 from ragkb_store.progress import as_utc, refresh_job
 from ragkb_store.states import JobStatus, SourceRunStatus
-from tests.support.in_process import migrated_sessions
-
-
-@pytest.fixture
-def sessions(database_url: str) -> Iterator[sessionmaker[Session]]:
-    with migrated_sessions(database_url) as factory:
-        yield factory
 
 
 @pytest.fixture
