@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 
 from ragkb_core.kb_settings import KbChunking
 from ragkb_core.settings import EmbeddingSettings
-from ragkb_models import load_embedder
+from ragkb_models import Backend, load_embedder
 from ragkb_models.embedder import Embedder
 from ragkb_worker.chunking import Chunker
 from ragkb_worker.parsing import parse
@@ -62,8 +62,9 @@ class Collection:
 
 
 @cache
-def embedder() -> Embedder:
-    return load_embedder(EmbeddingSettings())
+def embedder(backend: Backend = "onnx") -> Embedder:
+    """The packaged e5 on `backend` (the service's default runtime unless a bench compares runtimes)."""
+    return load_embedder(EmbeddingSettings(backend=backend))
 
 
 def folder_of(name: str) -> Path:
@@ -85,9 +86,10 @@ def chunk_corpus(folder: Path) -> list[Passage]:
     return passages
 
 
-def vectors(kind: str, name: str, texts: Sequence[str]) -> NDArray[np.float32]:
-    """Passage ("passages") or query ("queries") vectors of `texts`, from the cache or embedded now."""
-    digest = hashlib.sha256(f"{kind}\0{EmbeddingSettings().model_dump_json()}".encode())
+def vectors(kind: str, name: str, texts: Sequence[str], backend: Backend = "onnx") -> NDArray[np.float32]:
+    """Passage ("passages") or query ("queries") vectors of `texts` embedded on `backend`, from the cache or
+    embedded now."""
+    digest = hashlib.sha256(f"{kind}\0{EmbeddingSettings(backend=backend).model_dump_json()}".encode())
     for text in texts:
         digest.update(text.encode())
         digest.update(b"\0")
@@ -95,12 +97,15 @@ def vectors(kind: str, name: str, texts: Sequence[str]) -> NDArray[np.float32]:
     if path.exists():
         return np.load(path)
     started = time.perf_counter()
-    model = embedder()
+    model = embedder(backend)
     if kind == "passages":
         made = model.embed_passages(texts)
     else:
         made = np.array([model.embed_query(text) for text in texts], dtype=np.float32)
-    print(f"embedded {len(texts)} {name} {kind} in {time.perf_counter() - started:.0f} s -> {path}", flush=True)
+    print(
+        f"embedded {len(texts)} {name} {kind} ({backend}) in {time.perf_counter() - started:.0f} s -> {path}",
+        flush=True,
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, made)
     return made
