@@ -22,6 +22,8 @@ import httpx
 from common import DATA, client, delete_kb, find_kb, read_jsonl, save_result
 from processes import ProcessMemory, memory_table
 
+from ragkb_core.kb_settings import PassagePrecision
+
 # The worker's stages, in pipeline order (a document's `stage_timings`).
 STAGES = ("parse", "chunk", "embed", "index")
 # Documents per upload request (the server takes up to its max_batch_documents, default 100): one request
@@ -75,17 +77,20 @@ def stage_shares(documents: list[dict[str, Any]]) -> dict[str, float]:
     return {stage: round(seconds / whole, 3) for stage, seconds in totals.items()}
 
 
-def raw_encode_rate(corpus: list[dict[str, Any]], sample: int) -> dict[str, float]:
-    """Chunk the same documents with the worker's chunker and time the model alone on those texts."""
+def raw_encode_rate(
+    corpus: list[dict[str, Any]], sample: int, precision: PassagePrecision = "float32"
+) -> dict[str, float]:
+    """Chunk the same documents with the worker's chunker and time the model alone on those texts, in the
+    KB's passage precision (the model's own speed there, all cores to itself)."""
     from ragkb_core.kb_settings import KbChunking
-    from ragkb_models import load_embedder
+    from ragkb_models import EmbedderPool
     from ragkb_worker.chunking import Chunker
     from ragkb_worker.parsing import parse
     from ragkb_worker.pipeline import embedding_text
     from ragkb_worker.settings import WorkerSettings
 
     settings = WorkerSettings()
-    embedder = load_embedder(settings.embedding)
+    embedder = EmbedderPool(settings.embedding).get(None, precision)
     chunker = Chunker(embedder, KbChunking())
     texts: list[str] = []
     for document in corpus:
@@ -118,6 +123,9 @@ def main() -> None:
     parser.add_argument(
         "--analyzer", type=json.loads, default=None, help='the KB\'s analyzer, e.g. \'{"japanese": "char-bigram"}\''
     )
+    parser.add_argument(
+        "--chunking", type=json.loads, default=None, help='the KB\'s chunking, e.g. \'{"passage_precision": "int8"}\''
+    )
     parser.add_argument("--skip-raw", action="store_true", help="do not measure the raw encode rate")
     args = parser.parse_args()
 
@@ -126,7 +134,11 @@ def main() -> None:
     name = args.kb_name or f"bench-{args.corpus}-{len(corpus)}"
     if (existing := find_kb(http, name)) is not None:
         delete_kb(http, existing["id"])
-    body: dict[str, Any] = {"name": name} | ({"analyzer": args.analyzer} if args.analyzer else {})
+    body: dict[str, Any] = (
+        {"name": name}
+        | ({"analyzer": args.analyzer} if args.analyzer else {})
+        | ({"chunking": args.chunking} if args.chunking else {})
+    )
     created = http.post("/v1/knowledge-bases", json=body)
     created.raise_for_status()
     kb_id = created.json()["id"]
@@ -143,13 +155,15 @@ def main() -> None:
     documents = documents_of(http, kb_id)
     chunks = sum(document["chunk_count"] for document in documents)
     # Skipped: null in the results (JSON has no NaN), and no efficiency figure.
-    raw = None if args.skip_raw else raw_encode_rate(corpus, args.raw_sample)
+    precision = created.json()["chunking"]["passage_precision"]
+    raw = None if args.skip_raw else raw_encode_rate(corpus, args.raw_sample, precision)
     pipeline_rate = chunks / elapsed
     result = {
         "corpus": args.corpus,
         "knowledge_base": name,
         "knowledge_base_id": kb_id,
         "analyzer": created.json()["analyzer"],
+        "passage_precision": precision,
         "documents": len(corpus),
         "counts": counts,
         "chunks": chunks,

@@ -240,12 +240,14 @@ def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: Running
         "overlap_tokens": 32,
         "noise_patterns": ["^Page \\d+$"],
         "ocr": True,
+        "passage_precision": "float32",
     }
     invalid = [
         {"noise_patterns": ["(unclosed"]},
         {"target_tokens": 300, "max_tokens": 200},
         {"target_tokens": 64, "overlap_tokens": 64},
         {"max_tokens": 4000},
+        {"passage_precision": "int4"},
     ]
     for chunking in invalid:
         response = ragkb.client.post("/v1/knowledge-bases", json={"name": "bad-chunking", "chunking": chunking})
@@ -258,6 +260,32 @@ def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: Running
     assert ragkb.client.patch(f"/v1/knowledge-bases/{kb['id']}", json={"name": "taken"}).status_code == 409
     assert ragkb.client.patch(f"/v1/knowledge-bases/{kb['id']}", json={}).status_code == 422
     assert ragkb.client.patch("/v1/knowledge-bases/nope", json={"name": "x"}).status_code == 404
+
+
+def test_a_kb_with_int8_passages_answers_as_its_float32_twin_does(ragkb: RunningRagkb) -> None:
+    text = "The server room door code changes on the first Monday of every month."
+    kbs = {}
+    for precision in ("float32", "int8"):
+        created = ragkb.client.post(
+            "/v1/knowledge-bases",
+            json={"name": f"precision-{precision}", "chunking": {"passage_precision": precision}},
+        )
+        assert created.status_code == 201, created.text
+        kbs[precision] = kb_id = created.json()["id"]
+        ragkb.wait_document(kb_id, str(upload_text(ragkb, kb_id, text, source_id="door.md")["id"]))
+    scores = {}
+    for precision, kb_id in kbs.items():
+        response = ragkb.client.post(
+            "/v1/search",
+            json={"query": "when does the door code change", "knowledge_base_ids": [kb_id], "mode": "semantic"},
+        )
+        assert response.status_code == 200, response.text
+        (hit,) = response.json()["results"]
+        assert hit["text"] == text
+        scores[precision] = hit["score"]
+    # The same passage, embedded by the int8 graph: its cosine to the (float32) query moves a little, no more.
+    assert scores["int8"] != scores["float32"]
+    assert abs(scores["int8"] - scores["float32"]) < 0.01, scores
 
 
 def test_kb_noise_patterns_drop_boilerplate_lines(ragkb: RunningRagkb) -> None:

@@ -21,7 +21,7 @@ import pytest
 from numpy.typing import NDArray
 
 from ragkb_core.settings import EmbeddingSettings
-from ragkb_models import E5_MODEL_NAME, Backend, Embedder, convert_e5, load_embedder
+from ragkb_models import E5_MODEL_NAME, Backend, Embedder, EmbedderPool, convert_e5, load_embedder
 from ragkb_models.embedder import build_embedder_files
 from ragkb_models.onnx_encoder import Precision, ensure_onnx_model
 
@@ -225,6 +225,21 @@ def test_the_embedder_is_loaded_once_per_process(e5_folder: Path) -> None:
     first = load_embedder(e5_settings("onnx"))
     assert load_embedder(EmbeddingSettings(cache_dir=MODEL_CACHE, backend="onnx")) is first
     assert load_embedder(EmbeddingSettings(cache_dir=MODEL_CACHE, backend="torch")) is not first
+
+
+def test_a_kbs_int8_passages_come_from_the_int8_graph_and_stay_close_to_float32(
+    e5_folder: Path, agreement_texts: list[str]
+) -> None:
+    pool = EmbedderPool(e5_settings("onnx"))
+    float32, int8 = pool.get(None, "float32"), pool.get(None, "int8")
+    assert pool.get() is float32 and pool.get(E5_MODEL_NAME, "int8") is not float32
+    assert pool.get(None, "int8") is int8  # loaded once per process
+    exact, quantised = float32.embed_passages(agreement_texts), int8.embed_passages(agreement_texts)
+    cosines = np.sum(exact * quantised, axis=1)
+    assert not np.array_equal(exact, quantised)
+    assert cosines.min() >= 0.98, cosines.min()
+    # Queries stay float32 whatever a KB's passages are: the retriever asks for the default precision.
+    assert np.array_equal(pool.get().embed_query("有給休暇"), float32.embed_query("有給休暇"))
 
 
 def test_onnx_graphs_are_built_once(e5_folder: Path) -> None:

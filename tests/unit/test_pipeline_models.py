@@ -114,7 +114,7 @@ def _pipeline(
     pipeline = IngestPipeline(
         ledger=ledger,  # type: ignore[arg-type]
         blobs=blobs,
-        encoder_for=models.__getitem__,
+        encoder_for=lambda model, _precision: models[model],
         bm25_for=functools.partial(bm25_encoder_for, settings=AnalyzerSettings()),
         retriever=retriever,  # type: ignore[arg-type]
         limits=LimitSettings(),

@@ -17,6 +17,7 @@ import numpy as np
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
+from ragkb_core.kb_settings import PassagePrecision
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models.e5_convert import E5_MODEL_NAME, convert_e5
 from ragkb_models.onnx_encoder import OnnxEncoder, Precision, ensure_onnx_model
@@ -137,14 +138,24 @@ class EmbedderPool:
         self.default_model = settings.model
         # By the name asked for: the retriever asks once per search, and resolving the settings of a name
         # (a settings copy, its JSON as the key of load_embedder) cost ~40 µs each time.
-        self._by_name: dict[str | None, Embedder] = {}
+        self._by_name: dict[tuple[str | None, PassagePrecision], Embedder] = {}
 
-    def get(self, model: str | None = None) -> Embedder:
-        """The embedder of `model` (None: the default); InvalidInput when this server does not run it."""
-        embedder = self._by_name.get(model)
+    def get(self, model: str | None = None, precision: PassagePrecision = "float32") -> Embedder:
+        """The embedder of `model` (None: the default) in `precision` (a KB's passages, ragkb_core.kb_settings.
+        KbChunking.passage_precision); InvalidInput when this server does not run the model."""
+        key = (model, precision)
+        embedder = self._by_name.get(key)
         if embedder is None:
-            embedder = self._by_name[model] = load_embedder(self._settings.for_model(model))
+            embedder = self._by_name[key] = load_embedder(_in_precision(self._settings.for_model(model), precision))
         return embedder
+
+
+def _in_precision(settings: EmbeddingSettings, precision: PassagePrecision) -> EmbeddingSettings:
+    """int8 swaps the packaged e5's float32 ONNX graph for its int8 one; any other model, and e5 on torch or
+    already int8, stays as it is (only e5 has ONNX graphs: the others run on torch)."""
+    if precision == "int8" and settings.model == E5_MODEL_NAME and settings.backend == "onnx":
+        return settings.model_copy(update={"backend": "onnx-int8"})
+    return settings
 
 
 def build_embedder_files(settings: EmbeddingSettings) -> bool:

@@ -178,7 +178,10 @@ class LongDocuments:
                 f"the knowledge base switched to embedding model {claim.embedding_model!r} while this document was "
                 f"built in ranges with {work.embedding_model!r}; retry it to build it with the new model"
             )
-        bm25, encoder = self._bm25_for(claim.analyzer), self._encoder_for(work.embedding_model)
+        bm25, encoder = (
+            self._bm25_for(claim.analyzer),
+            self._encoder_for(work.embedding_model, claim.chunking.passage_precision),
+        )
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
         embedded = embed_in_slices(
             texts, [claim.title] * len(texts), encoder, bm25, lambda: self._ranges.renew_range(work)

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from ragkb_analyzer import Bm25Encoder
 from ragkb_core.contracts import ChunkPoint, DocumentPoints, SparseTerms
 from ragkb_core.errors import ParseFailed, PayloadTooLarge, RagkbError
-from ragkb_core.kb_settings import KbAnalyzer
+from ragkb_core.kb_settings import KbAnalyzer, PassagePrecision
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
 from ragkb_store.blobs import BlobStore
@@ -48,9 +48,9 @@ class PassageEncoder(Tokenizer, Protocol):
     def embed_passages(self, texts: list[str]) -> NDArray[np.float32]: ...
 
 
-# The encoder of an embedding model by the name a KB records (ragkb_models.EmbedderPool.get): loaded once per
-# process and model, on first use.
-PassageEncoderFor = Callable[[str], PassageEncoder]
+# The encoder of an embedding model by the name a KB records, in the KB's passage precision
+# (ragkb_models.EmbedderPool.get): loaded once per process, model and precision, on first use.
+PassageEncoderFor = Callable[[str, PassagePrecision], PassageEncoder]
 
 
 @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class IngestPipeline:
         # The analyzer and model of the claim, not of a renewal: one document's chunks all carry one analyzer
         # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
-        encoder = self._encoder_for(claim.embedding_model)
+        encoder = self._encoder_for(claim.embedding_model, claim.chunking.passage_precision)
         # Renewing between stages keeps the lease alive and notices a newer upload early; a claim taken moments
         # ago (a short document parses and chunks in milliseconds) has both, and its renewal would be one more
         # database commit per document for nothing (bench/ingest_profile.py).
@@ -192,7 +192,7 @@ class IngestPipeline:
             document.report["batch_documents"] = len(prepared)
         first = prepared[0].claim
         bm25 = self._bm25_for(first.analyzer)
-        encoder = self._encoder_for(first.embedding_model)
+        encoder = self._encoder_for(first.embedding_model, first.chunking.passage_precision)
         started = time.perf_counter()
         texts = [embedding_text(document.claim.title, chunk) for document in prepared for chunk in document.chunks]
         titles = [document.claim.title for document in prepared for _ in document.chunks]
@@ -271,7 +271,7 @@ class IngestPipeline:
         chunks, _, _ = self._prepare(claim, StageClock())
         bm25 = self._bm25_for(claim.analyzer)
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
-        encoder = self._encoder_for(claim.embedding_model)
+        encoder = self._encoder_for(claim.embedding_model, claim.chunking.passage_precision)
         slices = [encoder.embed_passages(texts[i : i + EMBED_SLICE]) for i in range(0, len(texts), EMBED_SLICE)]
         sparse = [bm25.encode_document(text, claim.title) for text in texts]
         points = document_points(claim, chunks, np.concatenate(slices), sparse, bm25.version)
@@ -295,7 +295,9 @@ class IngestPipeline:
         with clock.stage("chunk"):
             # Each KB chunks its own way (sizes, noise patterns), counting its model's tokens; a chunker is
             # cheap to make per document.
-            chunker = Chunker(self._encoder_for(claim.embedding_model), claim.chunking, self._limits)
+            chunker = Chunker(
+                self._encoder_for(claim.embedding_model, claim.chunking.passage_precision), claim.chunking, self._limits
+            )
             chunks, chunk_report = chunker.chunk(parsed, claim.chunking.compiled_noise_patterns())
         if not chunks:
             raise ParseFailed("the document has no text to index after chunking")

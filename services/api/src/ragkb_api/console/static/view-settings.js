@@ -30,6 +30,7 @@ export async function settingsView(ctx) {
   description.value = kb.description;
   const noise = el("textarea", { rows: 3, class: "mono", disabled: !admin });
   noise.value = kb.chunking.noise_patterns.join("\n");
+  const precision = select([["float32", t("settings.precisionFloat32")], ["int8", t("settings.precisionInt8")]], kb.chunking.passage_precision, { disabled: !admin });
   const hybrid = input({ type: "checkbox", checked: kb.retrieval.hybrid, disabled: !admin });
   const fusion = select([["dbsf", "DBSF"], ["rrf", "RRF"]], kb.retrieval.fusion, { disabled: !admin });
   const rerank = select([["auto", t("settings.rerankAuto")], ["true", t("settings.rerankOn")], ["false", t("settings.rerankOff")]], kb.retrieval.rerank === null ? "auto" : String(kb.retrieval.rerank), { disabled: !admin });
@@ -48,6 +49,7 @@ export async function settingsView(ctx) {
     ])]),
     el("fieldset", {}, [el("legend", { text: t("settings.chunking") }), el("p", { class: "muted small", text: t("settings.chunkingLead") }), el("div", { class: "form-grid" }, [
       ...NUMBER_FIELDS.chunking.map((spec) => numberField("chunking", spec)),
+      field(t("settings.passage_precision"), precision, { name: "chunking.passage_precision", hint: t("settings.hint.passage_precision") }),
       field(t("settings.noise_patterns"), noise, { name: "chunking.noise_patterns", wide: true, hint: t("settings.onePerLine") }),
       el("small", { class: "field-error wide", "data-error-for": "chunking", role: "alert" }),
     ])]),
@@ -79,7 +81,10 @@ export async function settingsView(ctx) {
     const body = {
       name: name.value,
       description: description.value,
-      chunking: Object.assign(numbers("chunking"), { noise_patterns: splitList(noise.value, /\n/) }),
+      // The whole chunking is replaced: what the form does not show (OCR) is sent as it is.
+      chunking: Object.assign(numbers("chunking"), {
+        noise_patterns: splitList(noise.value, /\n/), ocr: kb.chunking.ocr, passage_precision: precision.value,
+      }),
       retrieval: Object.assign(numbers("retrieval"), {
         hybrid: hybrid.checked, fusion: fusion.value,
         rerank: rerank.value === "auto" ? null : rerank.value === "true",
