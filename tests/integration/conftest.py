@@ -4,6 +4,7 @@ tests/conftest.py's `database_url`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
@@ -12,7 +13,18 @@ from ragkb_core.ids import new_id
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import KnowledgeBase
 from ragkb_store.ledger import DocumentLedger
+from tests.conftest import fresh_postgres_database
 from tests.support.in_process import migrated_sessions
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database of its own, for a migration test that starts below head (`database_url`'s PostgreSQL
+    database is shared by the session's tests, and at head after the first)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'ragkb.db'}"
+        return
+    yield from fresh_postgres_database("ragkb_migrate_")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.ids import new_id
-from ragkb_core.kb_settings import KbAnalyzer
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_core.settings import DatabaseSettings
 from ragkb_store.db.engine import build_engine, migrate_to, migrate_to_head, transaction
 from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, utcnow
@@ -170,9 +170,9 @@ def expire_lease(sessions: sessionmaker[Session], document_id: str) -> None:
         )
 
 
-def test_upgrading_an_old_schema_keeps_every_document(database_url: str) -> None:
+def test_upgrading_an_old_schema_keeps_every_document(fresh_url: str) -> None:
     """Migrations that rebuild the KB table must never cascade into documents (SQLite copies and drops)."""
-    engine = build_engine(DatabaseSettings(url=database_url))
+    engine = build_engine(DatabaseSettings(url=fresh_url))
     migrate_to(engine, "0001")
     with engine.begin() as connection:
         connection.execute(
@@ -192,13 +192,42 @@ def test_upgrading_an_old_schema_keeps_every_document(database_url: str) -> None
     migrate_to_head(engine)
     with engine.connect() as connection:
         assert connection.execute(text("SELECT count(*) FROM documents WHERE kb_id = 'kb1'")).scalar() == 1
-        assert connection.execute(text("SELECT chunking FROM knowledge_bases WHERE id = 'kb1'")).scalar() in ("{}", {})
+        chunking = connection.execute(text("SELECT chunking FROM knowledge_bases WHERE id = 'kb1'")).scalar()
+        # The defaults, but for the passage precision it has always had (migration 0016).
+        assert _json(chunking) == {"passage_precision": "float32"}
         if connection.dialect.name == "sqlite":
             assert connection.execute(text("PRAGMA foreign_keys")).scalar() == 1
     with engine.begin() as connection:  # PostgreSQL's database is shared by the session's tests
         connection.execute(text("DELETE FROM documents WHERE kb_id = 'kb1'"))
         connection.execute(text("DELETE FROM knowledge_bases WHERE id = 'kb1'"))
     engine.dispose()
+
+
+def test_upgrading_to_0016_keeps_existing_kbs_passages_in_float32(fresh_url: str) -> None:
+    engine = build_engine(DatabaseSettings(url=fresh_url))
+    migrate_to(engine, "0015")
+    chunking = '{"target_tokens": 128, "max_tokens": 200, "overlap_tokens": 32, "noise_patterns": [], "ocr": false}'
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO knowledge_bases (id, name, description, embedding_model, analyzer_version, chunking,"
+                " retrieval, analyzer, sync, index_state, created_at, updated_at) VALUES ('kb16', 'old16', '', 'm',"
+                f" 'a', '{chunking}', '{{}}', '{{}}', '{{}}', '{{}}', '2026-01-01', '2026-01-01')"
+            )
+        )
+    migrate_to_head(engine)
+    with engine.begin() as connection:
+        stored = connection.execute(text("SELECT chunking FROM knowledge_bases WHERE id = 'kb16'")).scalar()
+        connection.execute(text("DELETE FROM knowledge_bases WHERE id = 'kb16'"))
+    engine.dispose()
+    assert _json(stored) == {**json.loads(chunking), "passage_precision": "float32"}
+    assert KbChunking.model_validate(_json(stored)).passage_precision == "float32"
+    assert KbChunking().passage_precision == "int8"  # what a KB created now gets
+
+
+def _json(value: object) -> object:
+    """A JSON column as read by a raw statement: text on SQLite, already decoded on PostgreSQL."""
+    return json.loads(value) if isinstance(value, str) else value
 
 
 def test_upgrading_to_0006_gives_existing_kbs_the_default_sync_rules(database_url: str) -> None:

@@ -3,9 +3,6 @@ history with its settings, each change takes the next number, a revert is a vers
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
@@ -15,18 +12,8 @@ from ragkb_store.db.engine import build_engine, build_session_factory, migrate_t
 from ragkb_store.db.models import KnowledgeBase, SettingsVersion
 from ragkb_store.settings_versions import Change, change_retrieval, current_version, list_versions, record_created
 from ragkb_store.states import SettingsOrigin
-from tests.conftest import fresh_postgres_database
 
 pytestmark = pytest.mark.integration
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
-    """An empty database of its own (the migration test starts below head)."""
-    if request.param == "sqlite":
-        yield f"sqlite:///{tmp_path / 'ragkb.db'}"
-        return
-    yield from fresh_postgres_database("ragkb_versions_")
 
 
 def test_the_migration_makes_each_existing_kbs_settings_its_version_1(fresh_url: str) -> None:

@@ -159,14 +159,18 @@ def _in_precision(settings: EmbeddingSettings, precision: PassagePrecision) -> E
 
 
 def build_embedder_files(settings: EmbeddingSettings) -> bool:
-    """Convert the packaged model and build its ONNX graph into the cache, as its first load would: seconds
+    """Convert the packaged model and build its ONNX graphs into the cache, as their first loads would: seconds
     once, a check of the build markers after that (a full load costs an ONNX session and seconds more at every
-    start). False for any other model: only loading it fetches what it needs."""
+    start). The int8 graph too on float32 ONNX: KBs may embed their passages in int8 (KbChunking.
+    passage_precision), and their first document must not wait for its quantisation. False for any other model:
+    only loading it fetches what it needs."""
     if settings.model != E5_MODEL_NAME:
         return False
     folder = convert_e5(settings.cache_dir)
     if settings.backend != "torch":
         ensure_onnx_model(folder, _ONNX_PRECISION[settings.backend])
+    if settings.backend == "onnx":
+        ensure_onnx_model(folder, "int8")
     return True
 
 

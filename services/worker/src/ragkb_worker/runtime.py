@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_analyzer import bm25_encoder_for
+from ragkb_core.kb_settings import KbChunking
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_models import EmbedderPool
 from ragkb_store.blobs import BlobStore
@@ -51,7 +52,8 @@ def build_runtime(
     blobs = BlobStore(settings.blobs.root)
     embedders = EmbedderPool(settings.task_embedding())
     with timed_model_load("embedder", settings.embedding.model):
-        embedders.get()  # the default model now; another allowed one on the first document that needs it
+        # The default model in new KBs' precision now; another model or precision on the first document that needs it.
+        embedders.get(None, KbChunking().passage_precision)
     ledger = DocumentLedger(sessions, settings.tasks.lease_s)
     bm25_for = functools.partial(bm25_encoder_for, settings=settings.analyzer)
     long_documents = LongDocuments(
