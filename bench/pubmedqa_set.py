@@ -3,12 +3,12 @@ outside the repo.
 
     python bench/pubmedqa_set.py [--out DIR]
 
-Every question's abstract becomes a document (`_id` its PubMed id, no title: the paper's title is often the
-question itself, which would make the set trivial; `text` its CONTEXTS — background, methods, results — one
-paragraph each, as a plain-text upload of the abstract reads), every QUESTION a query whose one relevant
-document is its own abstract. The set is written to DIR (default: $RAGKB_BENCH_CACHE/pubmedqa, see
-bench/embedded.py) and never into the repository (the data lives in ../shared/data/training/pubmedqa,
-licence MIT).
+Every question's abstract becomes a document (`_id` its PubMed id; no title, since the paper's title is often
+the question itself, so bench/embedded.py titles it with its id as an upload is titled with its file name;
+`text` its CONTEXTS — background, methods, results — one paragraph each, as a plain-text upload of the abstract
+reads), every QUESTION a query whose one relevant document is its own abstract. The set is written to DIR
+(default: $RAGKB_BENCH_CACHE/pubmedqa, see bench/embedded.py) and never into the repository (the data lives in
+../shared/data/training/pubmedqa, licence MIT).
 """
 
 from __future__ import annotations
