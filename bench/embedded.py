@@ -3,11 +3,14 @@
     python bench/embedded.py scifact:train jsquad:dev jaquad:train     (fills the cache ahead of a run)
 
 A collection is a BEIR folder: `scifact` and `jsquad` under ../shared/data, `jaquad` the passage set that
-bench/jaquad_set.py derives from JaQuAD train into the cache. Each document is parsed as text/plain and cut by
-the worker's Chunker with the default KbChunking and the e5 tokenizer; each chunk's indexed text is the
-worker's `embedding_text` (title, then the chunk). Passage and query vectors are cached as .npy under
-$RAGKB_BENCH_CACHE (default ~/.cache/ragkb/bench), keyed by the texts and the embedder settings, so a rerun
-embeds nothing (SciFact's 9,936 chunks take about 7 minutes on 2 cores).
+bench/jaquad_set.py derives from JaQuAD train into the cache, `pubmedqa` the abstract set bench/pubmedqa_set.py
+derives from PubMedQA's labelled questions. Each document is parsed as text/plain and cut by the worker's
+Chunker with the KB's chunking (the default KbChunking unless one is given) and the e5 tokenizer; each chunk's
+indexed text is the worker's `embedding_text` (title, then the chunk). Passage and query vectors are cached as
+.npy under $RAGKB_BENCH_CACHE (default ~/.cache/ragkb/bench), keyed by the texts (so by the chunking too) and
+the embedder settings, so a rerun embeds nothing (SciFact's 9,936 chunks take about 7 minutes on 2 cores).
+Every passage vector is also kept in a per-collection pool keyed by its text, so another chunking of the same
+collection embeds only the chunks it does not share with one embedded before.
 """
 
 from __future__ import annotations
@@ -72,11 +75,15 @@ def folder_of(name: str) -> Path:
         from jaquad_set import ensure
 
         return ensure()
+    if name == "pubmedqa":
+        from pubmedqa_set import ensure as ensure_pubmedqa
+
+        return ensure_pubmedqa()
     return DATA / name
 
 
-def chunk_corpus(folder: Path) -> list[Passage]:
-    chunker = Chunker(embedder(), KbChunking())
+def chunk_corpus(folder: Path, chunking: KbChunking | None = None) -> list[Passage]:
+    chunker = Chunker(embedder(), chunking or KbChunking())
     passages: list[Passage] = []
     for document in read_jsonl(folder / "corpus.jsonl"):
         title = document.get("title") or document["_id"]
@@ -95,11 +102,14 @@ def vectors(kind: str, name: str, texts: Sequence[str], backend: Backend = "onnx
         digest.update(b"\0")
     path = CACHE / "vectors" / f"{name}-{kind}-{len(texts)}-{digest.hexdigest()[:16]}.npy"
     if path.exists():
-        return np.load(path)
+        stored: NDArray[np.float32] = np.load(path)
+        if kind == "passages":
+            _pool_passages(name, texts, stored)
+        return stored
     started = time.perf_counter()
     model = embedder(backend)
     if kind == "passages":
-        made = model.embed_passages(texts)
+        made = _pooled_passages(name, texts)
     else:
         made = np.array([model.embed_query(text) for text in texts], dtype=np.float32)
     print(
@@ -111,12 +121,54 @@ def vectors(kind: str, name: str, texts: Sequence[str], backend: Backend = "onnx
     return made
 
 
-def load(spec: str) -> Collection:
+def _pooled_passages(name: str, texts: Sequence[str]) -> NDArray[np.float32]:
+    """Passage vectors of `texts`, embedding only those the collection's pool does not hold yet.
+
+    A chunk's vector depends on its text alone (up to the last bits that batching changes), so chunks that
+    two chunkings share are embedded once."""
+    path, pool = _pool(name)
+    keys = [_text_key(text) for text in texts]
+    wanted = {key: text for key, text in zip(keys, texts, strict=True) if key not in pool}
+    if wanted:
+        print(f"{name}: embedding {len(wanted)} of {len(texts)} passages (the rest pooled)", flush=True)
+        pool |= dict(zip(wanted, embedder().embed_passages(list(wanted.values())), strict=True))
+        _save_pool(path, pool)
+    return np.stack([pool[key] for key in keys]).astype(np.float32)
+
+
+def _pool_passages(name: str, texts: Sequence[str], made: NDArray[np.float32]) -> None:
+    """Adds a set's vectors to the collection's pool (a set embedded before the pool existed)."""
+    path, pool = _pool(name)
+    keys = [_text_key(text) for text in texts]
+    if any(key not in pool for key in keys):
+        _save_pool(path, pool | dict(zip(keys, made, strict=True)))
+
+
+def _pool(name: str) -> tuple[Path, dict[str, NDArray[np.float32]]]:
+    settings = hashlib.sha256(EmbeddingSettings().model_dump_json().encode()).hexdigest()[:16]
+    path = CACHE / "vectors" / f"{name}-pool-{settings}.npz"
+    if not path.exists():
+        return path, {}
+    with np.load(path) as stored:
+        return path, dict(zip(stored["keys"].tolist(), stored["vectors"], strict=True))
+
+
+def _save_pool(path: Path, pool: dict[str, NDArray[np.float32]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(path, keys=np.array(list(pool)), vectors=np.stack(list(pool.values())))
+
+
+def _text_key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def load(spec: str, chunking: KbChunking | None = None) -> Collection:
+    """The collection `name:split`, cut by `chunking` (the default KbChunking when None)."""
     name, split = spec.split(":")
     folder = folder_of(name)
     qrels = read_qrels(folder / "qrels" / f"{split}.tsv")
     queries = [q for q in read_jsonl(folder / "queries.jsonl") if q["_id"] in qrels]
-    passages = chunk_corpus(folder)
+    passages = chunk_corpus(folder, chunking)
     return Collection(
         name=name,
         split=split,
