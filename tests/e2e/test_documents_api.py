@@ -240,7 +240,7 @@ def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: Running
         "overlap_tokens": 32,
         "noise_patterns": ["^Page \\d+$"],
         "ocr": True,
-        "passage_precision": "int8",
+        "passage_precision": "float32",
     }
     invalid = [
         {"noise_patterns": ["(unclosed"]},

@@ -30,13 +30,14 @@ class KbChunking(BaseModel):
     # OCR (Japanese and English) of PDF pages without a text layer and of images; off: a scan fails with
     # that reason and images are refused at ingestion. Read when a document is parsed.
     ocr: bool = True
-    # int8: the packaged e5's passages through its int8 ONNX graph, about twice as fast to ingest; measured on
-    # SciFact train and JSQuAD dev against float32 (bench/int8_passages.py, queries float32 in both): nDCG@10
-    # hybrid +0.0002 / −0.0007, dense −0.0019 / −0.0009, all within issue 19's 0.003, hence the default for new
-    # KBs (KBs older than the setting keep float32: migration 0016). Each passage's vector is ≥ 0.99 cosine to
-    # its float32 one, so a KB switched either way keeps answering while its documents are ingested again.
-    # Other models run on torch in float32 whatever this says.
-    passage_precision: PassagePrecision = "int8"
+    # int8: the packaged e5's passages through its int8 ONNX graph, ~1.6× the documents/s end to end. Its cost,
+    # queries float32 in both: offline (bench/int8_passages.py) nDCG@10 hybrid +0.0002 / −0.0007, dense
+    # −0.0019 / −0.0009 on SciFact / JSQuAD; through the service (bench/quality.py, the same stack and hour) on
+    # JSQuAD hybrid −0.0011 but semantic −0.0035, more than issue 19's 0.003, so float32 stays the default (the
+    # int8 graph quantises activations per batch: a passage's vector depends a little on its batch). Each int8
+    # vector is ≥ 0.99 cosine to its float32 one, so a KB switched either way keeps answering while its
+    # documents are ingested again. Other models run on torch in float32 whatever this says.
+    passage_precision: PassagePrecision = "float32"
 
     @field_validator("noise_patterns")
     @classmethod

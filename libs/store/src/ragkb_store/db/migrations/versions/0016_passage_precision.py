@@ -1,5 +1,6 @@
 """Passage precision per KB (chunking.passage_precision): KBs that exist keep embedding their passages in float32,
-as all their documents were; KBs created from now on take the default (int8, ragkb_core.kb_settings.KbChunking)
+as all their documents were, written into their chunking so that no later change of the default
+(ragkb_core.kb_settings.KbChunking) can mix precisions in them
 
 Revision ID: 0016
 Revises: 0015
@@ -24,8 +25,7 @@ _KBS = sa.table(
 
 
 def upgrade() -> None:
-    # Written into each native KB's chunking, so that a new default never mixes precisions in a KB that has
-    # documents already (an external KB embeds nothing).
+    # Each native KB's chunking (an external KB embeds nothing).
     _rewrite_chunking(lambda chunking: {"passage_precision": "float32", **chunking})
 
 
