@@ -95,7 +95,7 @@ def refresh_job(session: Session, job: Job, upload_wait_s: float, now: datetime 
         return
     items = session.scalars(select(JobItem).where(JobItem.job_id == job.id, JobItem.status == JobItemStatus.PENDING))
     open_items = list(items)
-    documents = _documents_by_source(session, job.kb_id, {item.source_id for item in open_items})
+    documents = documents_by_source(session, job.kb_id, {item.source_id for item in open_items})
     overdue = now > as_utc(job.created_at) + timedelta(seconds=upload_wait_s)
     for item in open_items:
         document = documents.get(item.source_id)
@@ -235,7 +235,9 @@ def _open_items(session: Session, job_id: str) -> int:
     return int(session.scalar(query) or 0)
 
 
-def _documents_by_source(session: Session, kb_id: str, source_ids: set[str]) -> dict[str, Document]:
+def documents_by_source(session: Session, kb_id: str, source_ids: set[str]) -> dict[str, Document]:
+    """The KB's documents of `source_ids`, by source_id, read in slices that stay within every database's
+    parameter limit."""
     ordered = sorted(source_ids)
     documents: dict[str, Document] = {}
     for start in range(0, len(ordered), _LOOKUP_BATCH):

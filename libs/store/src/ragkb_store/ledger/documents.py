@@ -28,7 +28,7 @@ from ragkb_store.consistency import DocumentState
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, DocumentRange, DocumentSplit, Job, JobItem, KnowledgeBase, utcnow
 from ragkb_store.knowledge_bases import load_kb, load_writable_kb
-from ragkb_store.progress import refresh_overdue_jobs, settle_items_of_document
+from ragkb_store.progress import documents_by_source, refresh_overdue_jobs, settle_items_of_document
 from ragkb_store.states import (
     ACTIVE_JOB_STATUSES,
     DocumentStatus,
@@ -232,7 +232,7 @@ class DocumentLedger:
                 load_writable_kb(session, news[0].kb_id)
             except RagkbError as exc:
                 return [exc] * len(news)
-            existing = _documents_by_sources(session, news[0].kb_id, {new.source_id for new in news})
+            existing = documents_by_source(session, news[0].kb_id, {new.source_id for new in news})
             return [_refusal_of(session, existing.get(new.source_id), new, scope) for new in news]
 
     def record_versions(self, news: Sequence[NewVersion], scope: DocumentScope = EVERY_DOCUMENT) -> list[BatchOutcome]:
@@ -938,14 +938,6 @@ def _sources_awaited_by_sync(session: Session, kb_id: str, source_ids: set[str])
 def _document_by_source(session: Session, kb_id: str, source_id: str) -> Document | None:
     query = select(Document).where(Document.kb_id == kb_id, Document.source_id == source_id)
     return session.scalars(query.with_for_update().execution_options(populate_existing=True)).one_or_none()
-
-
-def _documents_by_sources(session: Session, kb_id: str, source_ids: set[str]) -> dict[str, Document]:
-    ordered, found = sorted(source_ids), dict[str, Document]()
-    for start in range(0, len(ordered), _BATCH):
-        query = select(Document).where(Document.kb_id == kb_id, Document.source_id.in_(ordered[start : start + _BATCH]))
-        found.update((document.source_id, document) for document in session.scalars(query))
-    return found
 
 
 def _visible_document(session: Session, kb_id: str, document_id: str, scope: DocumentScope) -> Document:
