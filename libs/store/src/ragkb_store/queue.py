@@ -128,11 +128,8 @@ class IngestQueue:
         self._fair = fair
 
     def send(self, document_id: str, kb_id: str, lane: Lane) -> None:
-        if not self._fair or lane == Lane.INTERACTIVE:
-            enqueue_ingest(self._app, document_id)
-            return
-        priority = bulk_priority(self._ledger.bulk_backlog(kb_id))
-        enqueue_ingest(self._app, document_id, Lane.BULK, priority)
+        """One document: a batch of one (a bulk one at its KB's backlog's priority, itself included)."""
+        self.send_batch(kb_id, [(document_id, lane)])
 
     def send_batch(self, kb_id: str, documents: Sequence[tuple[str, Lane]]) -> None:
         """Send a batch's documents of one KB, (id, lane) in order, all recorded already: the KB's bulk backlog
