@@ -1,6 +1,7 @@
 """Query latency of two versions of ragkb side by side, in one run: this checkout against a baseline checkout.
 
     python bench/latency_ab.py --baseline /work/main [--candidate DIR] [--points 10000] [--queries 300] [--label L]
+                               [--clients 8] [--baseline-env K=V ...] [--candidate-env K=V ...]
 
 Starts two private stacks on this machine (ragkb_cli.stack: launcher, own Redis, own data folder): the
 baseline's with its own virtual environment (BASELINE/.venv/bin/python runs BASELINE's code) and this
@@ -10,6 +11,10 @@ so that the key's lookup is measured; not the bootstrap admin key). Once both ha
 the searches alternate between the two stacks, query by query, in A B B A order, so that whatever else
 the shared machine does lands on both alike. Each query is sent once per stack and mode; the hybrid queries are
 then asked again (`hybrid-repeat`: every query vector a hit of the retriever's cache, so no embedding).
+With `--clients N` (N > 1) each stack is sent blocks of N × 4 queries by N concurrent clients, the stacks
+alternating block by block (A B B A), and the queries/s of each side's blocks is reported too. The `--*-env`
+settings (RAGKB_… variables) start one side with another configuration: the same checkout on both sides with
+one setting changed is an A/B of that setting.
 
 Per stack and mode (hybrid, keyword and hybrid-repeat; keyword has no embedding, so it shows the api layer alone):
 HTTP p50/p95/p99, the retriever's `took_ms`, the api layer (HTTP − took_ms, per request), the api's stages
@@ -26,6 +31,7 @@ import argparse
 import tempfile
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -59,6 +65,8 @@ class Side:
     stages: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     answers: dict[str, list[list[tuple[str, float]]]] = field(default_factory=dict)
     cpu_s: dict[str, float] = field(default_factory=dict)
+    # Wall seconds and queries of the measured blocks per mode (concurrent clients: queries/s).
+    busy_s: dict[str, float] = field(default_factory=dict)
 
     def search(self, query: str, mode: str, top_k: int, record: bool = True) -> None:
         body = {"query": query, "knowledge_base_ids": [self.kb_id], "mode": mode.removesuffix(REPEAT), "top_k": top_k}
@@ -91,11 +99,11 @@ def quantiles(values: list[float]) -> dict[str, float]:
 
 @contextmanager
 def side(
-    name: str, repo: Path, *, python: str, workdir: Path, base: scale.BaseSet, points: int
+    name: str, repo: Path, *, python: str, workdir: Path, base: scale.BaseSet, points: int, env: dict[str, str]
 ) -> Iterator[tuple[PrivateStack, str, str]]:
     """A stack of `repo` with the scaled KB written and a client key that may read it: (stack, kb, key)."""
-    print(f"{name}: starting {repo} with {python}", flush=True)
-    with private_stack(repo, workdir, python=python, RAGKB_QDRANT__OPTIMIZE_IDLE_S="5") as stack:
+    print(f"{name}: starting {repo} with {python} {env or ''}", flush=True)
+    with private_stack(repo, workdir, python=python, **{"RAGKB_QDRANT__OPTIMIZE_IDLE_S": "5", **env}) as stack:
         admin = {"Authorization": f"Bearer {stack.admin_key}"}
         with httpx.Client(base_url=stack.api_url, timeout=120, headers=admin) as http:
             kb_id = scale.create_kb(http, f"bench-ab-{points}")
@@ -121,20 +129,34 @@ def settle(sides: list[Side], query: str) -> None:
         print(f"{one.name}: {scale.wait_until_optimized(probe, 5.0)}", flush=True)
 
 
-def alternate(sides: list[Side], queries: list[str], top_k: int) -> None:
-    """Every query on both stacks, A B then B A, per mode; CPU per service counted around the whole."""
+def alternate(sides: list[Side], queries: list[str], top_k: int, clients: int) -> None:
+    """Every query on both stacks, A B then B A (a query, or with concurrent clients a block of them), per
+    mode; CPU per service counted around the whole."""
     for mode in MODES:
         for query in queries[:WARM_UP]:
             for one in sides:
                 one.search(query, mode, top_k, record=False)
     pids = {one.name: service_pids(one.stack) for one in sides}
     before = {one.name: {svc: cpu_seconds(pid) for svc, pid in pids[one.name].items()} for one in sides}
-    for mode in MODES:
-        for number, query in enumerate(queries[WARM_UP:]):
-            for one in sides if number % 2 == 0 else reversed(sides):
-                one.search(query, mode, top_k)
+    measured = queries[WARM_UP:]
+    block = 1 if clients == 1 else clients * 4
+    with ThreadPoolExecutor(clients) as pool:
+        for mode in MODES:
+            for number, start in enumerate(range(0, len(measured), block)):
+                for one in sides if number % 2 == 0 else reversed(sides):
+                    send_block(pool, one, measured[start : start + block], mode, top_k)
     for one in sides:
         one.cpu_s = {svc: cpu_seconds(pid) - before[one.name][svc] for svc, pid in pids[one.name].items()}
+
+
+def send_block(pool: ThreadPoolExecutor, one: Side, block: list[str], mode: str, top_k: int) -> None:
+    """One block of queries to one stack, by the pool's clients at once (one query: on this thread)."""
+    started = time.perf_counter()
+    if len(block) == 1:
+        one.search(block[0], mode, top_k)
+    else:
+        list(pool.map(lambda query: one.search(query, mode, top_k), block))
+    one.busy_s[mode] = one.busy_s.get(mode, 0.0) + time.perf_counter() - started
 
 
 def summary(one: Side, mode: str) -> dict[str, Any]:
@@ -144,6 +166,7 @@ def summary(one: Side, mode: str) -> dict[str, Any]:
         "http_ms": quantiles(http),
         "took_ms": quantiles(took),
         "api_layer_ms": quantiles([h - t for h, t in zip(http, took, strict=True)]),
+        "queries_per_s": round(len(http) / one.busy_s[mode], 1),
         "api_stages_p50": {name: q(values, 50) for name, values in one.api.get(mode, {}).items()},
         "retriever_stages_p50": {name: q(values, 50) for name, values in one.stages.get(mode, {}).items()},
         # Both modes together: /proc counts a process, not a request's mode.
@@ -184,6 +207,7 @@ def compare(baseline: Side, candidate: Side) -> dict[str, Any]:
                 key: round(b[key]["p50"] / a[key]["p50"], 2) if a[key]["p50"] else None
                 for key in ("http_ms", "took_ms", "api_layer_ms")
             },
+            "queries_per_s": {baseline.name: a["queries_per_s"], candidate.name: b["queries_per_s"]},
             "identical_answers": sum(identical(x, y) for x, y in pairs),
             "same_scores": sum(same_scores(x, y) for x, y in pairs),
             "same_passages_same_order": sum([i for i, _ in x] == [i for i, _ in y] for x, y in pairs),
@@ -197,7 +221,8 @@ def markdown(result: dict[str, Any]) -> str:
     lines = [
         f"A/B of query latency, {result['points']:,} chunks, {result['queries']} queries per mode and stack, "
         f"alternating; baseline `{result['baseline']}` ({names[0]}) against this checkout ({names[1]}). "
-        f"Load average at the start {result['load_average']}, at the end {result['load_average_end']}.",
+        f"Load average at the start {result['load_average']}, at the end {result['load_average_end']}. "
+        f"Concurrent clients: {result['clients']}; settings: {result['env']}.",
     ]
     for mode, figures in result["modes"].items():
         lines += [
@@ -217,6 +242,8 @@ def markdown(result: dict[str, Any]) -> str:
             a, b = figures[names[0]][group], figures[names[1]][group]
             for stage in sorted(set(a) | set(b)):
                 lines.append(f"| {group[:-4]} {stage} p50 | {a.get(stage, '—')} | {b.get(stage, '—')} | |")
+        rates = figures["queries_per_s"]
+        lines.append(f"| queries/s | {rates[names[0]]} | {rates[names[1]]} | |")
         cpu_a, cpu_b = figures[names[0]]["cpu_ms_per_request"], figures[names[1]]["cpu_ms_per_request"]
         for svc in sorted(cpu_a):
             lines.append(f"| CPU ms/request, {svc} (both modes) | {cpu_a[svc]} | {cpu_b.get(svc)} | |")
@@ -228,6 +255,13 @@ def markdown(result: dict[str, Any]) -> str:
             "point id, which differs between the two stacks' KBs).",
         ]
     return "\n".join(lines) + "\n"
+
+
+def settings_of(pairs: list[str]) -> dict[str, str]:
+    """K=V arguments as environment overrides of a stack."""
+    if bad := [pair for pair in pairs if "=" not in pair]:
+        raise SystemExit(f"not K=V: {bad}")
+    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def main() -> None:
@@ -244,7 +278,11 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=300, help="measured queries per mode and stack")
     parser.add_argument("--top-k", type=int, default=10)
     parser.add_argument("--label", default="")
+    parser.add_argument("--clients", type=int, default=1, help="concurrent clients per stack")
+    parser.add_argument("--baseline-env", nargs="*", default=[], metavar="K=V", help="settings of the baseline")
+    parser.add_argument("--candidate-env", nargs="*", default=[], metavar="K=V", help="settings of the other side")
     args = parser.parse_args()
+    envs = {"baseline": settings_of(args.baseline_env), "this": settings_of(args.candidate_env)}
     queries = [query["text"] for query in read_jsonl(DATA / "scifact" / "queries.jsonl")][: WARM_UP + args.queries]
     base = scale.load_base(args.base)
     load = Path("/proc/loadavg").read_text().split()[0]
@@ -257,14 +295,14 @@ def main() -> None:
         ):
             workdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"ragkb-ab-{name}-")))
             running, kb_id, key = stack.enter_context(
-                side(name, repo, python=python, workdir=workdir, base=base, points=args.points)
+                side(name, repo, python=python, workdir=workdir, base=base, points=args.points, env=envs[name])
             )
             http = stack.enter_context(
                 httpx.Client(base_url=running.api_url, timeout=120, headers={"Authorization": f"Bearer {key}"})
             )
             sides.append(Side(name, running, http, kb_id))
         settle(sides, queries[0])
-        alternate(sides, queries, args.top_k)
+        alternate(sides, queries, args.top_k, args.clients)
         result = {
             "baseline": str(args.baseline),
             "candidate": str(args.candidate),
@@ -272,6 +310,8 @@ def main() -> None:
             "points": args.points,
             "queries": len(queries) - WARM_UP,
             "top_k": args.top_k,
+            "clients": args.clients,
+            "env": envs,
             "load_average": load,
             "load_average_end": Path("/proc/loadavg").read_text().split()[0],
             "modes": compare(sides[0], sides[1]),
