@@ -14,9 +14,14 @@ from ragkb_api.search.service import with_query
 from ragkb_api.timing import StageTimings, server_timing
 from ragkb_core.contracts import SearchHit, SearchResult
 from ragkb_core.errors import Unavailable
-from ragkb_core.settings import EmbeddingSettings
+from ragkb_core.settings import EmbeddingSettings, available_cores
 from ragkb_retriever.query_vectors import QueryVectorCache
-from ragkb_retriever.settings import RetrieverServerSettings, RetrieverSettings, query_embedding_settings
+from ragkb_retriever.settings import (
+    QUERY_THREADS_CAP,
+    RetrieverServerSettings,
+    RetrieverSettings,
+    query_embedding_settings,
+)
 
 
 def test_a_cached_query_vector_is_the_computed_one_and_is_not_computed_again() -> None:
@@ -116,14 +121,16 @@ def test_server_timing_names_every_stage_and_the_total() -> None:
     assert all(";dur=" in metric for metric in header.split(", "))
 
 
-def test_the_retriever_embeds_queries_on_one_thread_and_int8_only_when_asked() -> None:
+def test_the_retriever_embeds_queries_on_its_cores_at_most_four_and_int8_only_when_asked() -> None:
     default = query_embedding_settings(RetrieverSettings())
-    assert default.threads == 1
+    assert default.threads == min(available_cores(), QUERY_THREADS_CAP)
     assert default.backend == "onnx"
+    one = query_embedding_settings(RetrieverSettings(retriever=RetrieverServerSettings(embed_threads=1)))
+    assert one.threads == 1  # a set value is kept
     int8 = query_embedding_settings(
-        RetrieverSettings(retriever=RetrieverServerSettings(query_int8=True, embed_threads=0))
+        RetrieverSettings(retriever=RetrieverServerSettings(query_int8=True, embed_threads=2))
     )
-    assert (int8.backend, int8.threads) == ("onnx-int8", 0)
+    assert (int8.backend, int8.threads) == ("onnx-int8", 2)
     on_torch = query_embedding_settings(
         RetrieverSettings(
             retriever=RetrieverServerSettings(query_int8=True), embedding=EmbeddingSettings(backend="torch")

@@ -4,6 +4,7 @@ Settings objects are built by the composition root and passed in; nothing reads 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Literal
 
@@ -107,6 +108,13 @@ class EmbeddingModelSpec(BaseModel):
     # Its cosine → relevance mapping (ragkb_core.kb_settings.RelevanceCalibration). None: the packaged e5's for
     # "multilingual-e5-small"; for any other model hits carry no relevance and the similarity floor is off.
     relevance: RelevanceCalibration | None = None
+
+
+def available_cores() -> int:
+    """The cores this process may run on: its CPU affinity (a container's cpuset) where the platform tells."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
 
 
 class EmbeddingSettings(BaseModel):

@@ -15,7 +15,13 @@ from ragkb_core.settings import (
     LogSettings,
     MetricsSettings,
     QdrantSettings,
+    available_cores,
 )
+
+# The most threads a query embedding takes when RAGKB_RETRIEVER__EMBED_THREADS is 0: a query is a batch of one
+# short text, whose layers split into few useful pieces; more threads would only wait for each other (measured
+# up to 2, the cores of the benchmark machine; 4 is a bound, not a measurement).
+QUERY_THREADS_CAP = 4
 
 
 class HttpRerankerSpec(BaseModel):
@@ -66,10 +72,12 @@ class RetrieverServerSettings(HttpServerSettings):
     port: int = 8001
     # Query vectors kept for questions asked again (least recently used out; 1.5 KB each); 0 keeps none.
     query_cache_size: int = Field(default=4096, ge=0)
-    # Runtime threads per query embedding. A query is a batch of one short text: one thread runs it without
-    # a hand-off between threads at every layer, and concurrent searches embed side by side. 0: the runtime
-    # decides (RAGKB_EMBEDDING__THREADS is the worker's, for passages).
-    embed_threads: int = Field(default=1, ge=0)
+    # Runtime threads per query embedding (RAGKB_EMBEDDING__THREADS is the worker's, for passages). 0: the
+    # cores the retriever may run on (its CPU affinity), at most QUERY_THREADS_CAP. Measured on 2 cores
+    # (bench/latency_ab.py, README Latency): two threads against one cut a lone query's embedding from 12.7 to
+    # about 9 ms and, with 8 concurrent clients, raised hybrid searches/s by 16 % (concurrent runs share the
+    # session's pool instead of each holding one core).
+    embed_threads: int = Field(default=0, ge=0)
     # Embed queries with the int8 graph of the packaged e5 while passages stay float32 (the worker's backend
     # `onnx`): about half the CPU per query; see the README's Benchmarks for what it does to quality.
     query_int8: bool = False
@@ -111,4 +119,5 @@ def query_embedding_settings(settings: RetrieverSettings) -> EmbeddingSettings:
     model's dimension), so the runtime is set up for one short text at a time."""
     server = settings.retriever
     backend = "onnx-int8" if server.query_int8 and settings.embedding.backend == "onnx" else settings.embedding.backend
-    return settings.embedding.model_copy(update={"threads": server.embed_threads, "backend": backend})
+    threads = server.embed_threads or min(available_cores(), QUERY_THREADS_CAP)
+    return settings.embedding.model_copy(update={"threads": threads, "backend": backend})

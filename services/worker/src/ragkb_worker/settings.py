@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pydantic import BaseModel, Field, SecretStr
@@ -21,14 +20,8 @@ from ragkb_core.settings import (
     MetricsSettings,
     RedisSettings,
     RetrieverClientSettings,
+    available_cores,
 )
-
-
-def available_cores() -> int:
-    """The cores this process may run on: its CPU affinity (a container's cpuset) where the platform tells."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0)) or 1
-    return os.cpu_count() or 1
 
 
 class TaskSettings(BaseModel):
