@@ -123,7 +123,7 @@ def test_the_retriever_embeds_queries_on_one_thread_and_int8_only_when_asked() -
     int8 = query_embedding_settings(
         RetrieverSettings(retriever=RetrieverServerSettings(query_int8=True, embed_threads=0))
     )
-    assert (int8.backend, int8.threads) == ("onnx-int8", 0)
+    assert (int8.backend, int8.threads) == ("onnx-int8-query", 0)
     on_torch = query_embedding_settings(
         RetrieverSettings(
             retriever=RetrieverServerSettings(query_int8=True), embedding=EmbeddingSettings(backend="torch")

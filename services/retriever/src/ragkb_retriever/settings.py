@@ -70,8 +70,9 @@ class RetrieverServerSettings(HttpServerSettings):
     # a hand-off between threads at every layer, and concurrent searches embed side by side. 0: the runtime
     # decides (RAGKB_EMBEDDING__THREADS is the worker's, for passages).
     embed_threads: int = Field(default=1, ge=0)
-    # Embed queries with the int8 graph of the packaged e5 while passages stay float32 (the worker's backend
-    # `onnx`): about half the CPU per query; see the README's Benchmarks for what it does to quality.
+    # Embed queries with the packaged e5's int8 query graph (its own recipe, ragkb_models.onnx_encoder.QUERY_INT8;
+    # not the passages' int8 graph) while passages stay float32 (the worker's backend `onnx`): about half the CPU
+    # per query; see the README's Benchmarks for what it does to quality.
     query_int8: bool = False
 
 
@@ -110,5 +111,6 @@ def query_embedding_settings(settings: RetrieverSettings) -> EmbeddingSettings:
     """The embedding settings the retriever loads its models with: it embeds only queries (and reads a
     model's dimension), so the runtime is set up for one short text at a time."""
     server = settings.retriever
-    backend = "onnx-int8" if server.query_int8 and settings.embedding.backend == "onnx" else settings.embedding.backend
+    int8 = server.query_int8 and settings.embedding.backend == "onnx"
+    backend = "onnx-int8-query" if int8 else settings.embedding.backend
     return settings.embedding.model_copy(update={"threads": server.embed_threads, "backend": backend})
