@@ -80,7 +80,7 @@ def _write(model_dir: Path, fp32_source: Path | None, precision: Precision, outp
         quantize_int8(fp32_source, output, INT8_RECIPES[precision])
 
 
-def quantize_int8(source: Path, output: Path, recipe: Int8Recipe) -> None:
+def quantize_int8(source: Path, output: Path, recipe: Int8Recipe = PASSAGE_INT8) -> None:
     """Dynamic int8 quantisation of the weights, per output channel: per-tensor scales lost too much
     (cosine to fp32 down to 0.976 on real passages); per-channel stays above 0.99 at the same speed."""
     import onnx
