@@ -8,8 +8,9 @@ Here every collection is cut once, with the default KbChunking (256/400/32), and
 cache): the dense vectors are those of the chunks. Only what each chunk's BM25 vector is built from changes:
 - off: the chunk (today);
 - neighbours: the chunk with the whole previous and next chunk of its document (their overlap taken once);
-- N (tokens): the chunk widened to about N model tokens with the text around it, as much before as after
-  (ragkb_worker.keyword_window, what the worker would build).
+- N (tokens): the chunk widened to about N model tokens with the text around it, as much before as after, a
+  side that runs out giving its share to the other (keyword_windows below: what the worker would build; not
+  adopted, see the README's Benchmarks).
 The title and heading path go first, as the worker indexes them (embedding_text). The index, the queries and the
 scoring are bench/chunking.py's (a new KB's retrieval: analyzer v2, title weight, DBSF, top_k × multiplier a leg),
 and so is the choice: hybrid nDCG@10, leave one collection out and k folds within collections, never on one
@@ -19,6 +20,7 @@ collection's own queries, with paired bootstrap 95 % intervals of the held-out g
 from __future__ import annotations
 
 import argparse
+import itertools
 import pickle
 import time
 from collections.abc import Callable
@@ -33,13 +35,83 @@ from embedded import CACHE, Collection, embedder, folder_of, load
 from numpy.typing import NDArray
 
 from ragkb_core.kb_settings import KbChunking
-from ragkb_worker.chunking import Chunk, Chunker
-from ragkb_worker.keyword_window import keyword_windows, overlap_chars
+from ragkb_worker.chunking import Chunk, Chunker, Tokenizer
 from ragkb_worker.parsing import parse
 
 OFF = "off"
 WINDOWS = (OFF, "neighbours", "384", "512", "768")
 Scores = dict[str, NDArray[np.float64]]
+
+
+# -- the windows ------------------------------------------------------------------------------------
+
+
+def keyword_windows(chunks: list[Chunk], window_tokens: int, tokenizer: Tokenizer) -> list[str]:
+    """Each chunk's text widened to about `window_tokens` tokens; the chunks' own texts when the window is 0
+    or no wider than a chunk."""
+    if window_tokens <= 0:
+        return [chunk.text for chunk in chunks]
+    leads = [_lead(chunk, following) for chunk, following in itertools.pairwise(chunks)]
+    fresh = [_fresh(previous, chunk) for previous, chunk in itertools.pairwise(chunks)]
+    lead_offsets = [tokenizer.token_offsets(text) for text in leads]
+    fresh_offsets = [tokenizer.token_offsets(text) for text in fresh]
+    windows = []
+    for index, chunk in enumerate(chunks):
+        before_room, after_room = _rooms(window_tokens - chunk.tokens, lead_offsets[:index], fresh_offsets[index:])
+        before = _tail(leads[:index], lead_offsets[:index], before_room)
+        after = _head(fresh[index:], fresh_offsets[index:], after_room)
+        windows.append("\n".join(part for part in (before, chunk.text, after) if part))
+    return windows
+
+
+def overlap_chars(previous: Chunk, chunk: Chunk) -> int:
+    """Characters at the start of `chunk` that end `previous` too (the chunker's overlap); 0 across sections."""
+    return max(0, min(previous.char_end - chunk.char_start, len(chunk.text), len(previous.text)))
+
+
+def _lead(chunk: Chunk, following: Chunk) -> str:
+    """The part of `chunk` that the next chunk does not repeat: the text just before the next chunk."""
+    return chunk.text[: len(chunk.text) - overlap_chars(chunk, following)]
+
+
+def _fresh(previous: Chunk, chunk: Chunk) -> str:
+    """The part of `chunk` that the previous chunk did not hold: the text just after the previous chunk."""
+    return chunk.text[overlap_chars(previous, chunk) :]
+
+
+Offsets = list[tuple[int, int]]
+
+
+def _rooms(room: int, before: list[Offsets], after: list[Offsets]) -> tuple[int, int]:
+    """Tokens to take before and after the chunk: half each, a side that has less giving the rest to the other."""
+    if room <= 0:
+        return 0, 0
+    available_before = sum(len(offsets) for offsets in before)
+    available_after = sum(len(offsets) for offsets in after)
+    before_room = min(available_before, max(room // 2, room - available_after))
+    return before_room, min(available_after, room - before_room)
+
+
+def _tail(texts: list[str], offsets: list[Offsets], tokens: int) -> str:
+    """The last `tokens` tokens of the texts read in order (nearest the chunk last)."""
+    parts: list[str] = []
+    for text, text_offsets in zip(reversed(texts), reversed(offsets), strict=True):
+        if tokens <= 0:
+            break
+        parts.insert(0, text if len(text_offsets) <= tokens else text[text_offsets[-tokens][0] :])
+        tokens -= len(text_offsets)
+    return "\n".join(parts)
+
+
+def _head(texts: list[str], offsets: list[Offsets], tokens: int) -> str:
+    """The first `tokens` tokens of the texts read in order (nearest the chunk first)."""
+    parts: list[str] = []
+    for text, text_offsets in zip(texts, offsets, strict=True):
+        if tokens <= 0:
+            break
+        parts.append(text if len(text_offsets) <= tokens else text[: text_offsets[tokens - 1][1]])
+        tokens -= len(text_offsets)
+    return "\n".join(parts)
 
 
 def neighbour_windows(chunks: list[Chunk]) -> list[str]:

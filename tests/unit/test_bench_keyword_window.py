@@ -1,15 +1,34 @@
-"""The keyword window: each chunk's BM25 text widened with its document's text around it, each piece once.
+"""bench/keyword_window.py's windows: each chunk's BM25 text widened with its document's text around it, each
+piece once.
 
 A whitespace tokenizer stands in for the model's, so that token counts are word counts."""
 
 from __future__ import annotations
 
+import importlib
 import re
+import sys
+from pathlib import Path
+from types import ModuleType
 
 from ragkb_core.kb_settings import KbChunking
 from ragkb_worker.chunking import Chunk, Chunker
-from ragkb_worker.keyword_window import keyword_windows
 from ragkb_worker.parsing import parse
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+def _bench_module() -> ModuleType:
+    sys.path.insert(0, str(BENCH))
+    try:
+        return importlib.import_module("keyword_window")
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+_WINDOWS = _bench_module()
+keyword_windows = _WINDOWS.keyword_windows
+neighbour_windows = _WINDOWS.neighbour_windows
 
 
 class WordTokenizer:
@@ -93,3 +112,12 @@ def test_japanese_text_is_widened_by_tokens_across_sentence_ends() -> None:
     ]
     window = keyword_windows(chunks, 24, CharTokenizer())[1]
     assert window == "首都である。\n大阪は西にある大きな街。\n京都は古い都"
+
+
+def test_neighbours_are_the_previous_and_next_chunk_whole_their_overlap_once() -> None:
+    chunks = chunks_of(SENTENCES, WordTokenizer(), target=TARGET, overlap=8)
+    windows = neighbour_windows(chunks)
+    # Chunks of sentences 0-1, 1-2, 2-3, …, 6-7 (8 words each): a window is the sentences of three chunks, once.
+    assert words(windows[0]) == document_words(0, 24)
+    assert words(windows[1]) == document_words(0, 32)
+    assert words(windows[-1]) == document_words(40, 64)
