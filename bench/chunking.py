@@ -71,6 +71,11 @@ class Measured:
 
 
 def measure(collection: Collection) -> Measured:
+    return Measured(len(collection.passages), cut_by_model(collection), scores_of(collection))
+
+
+def scores_of(collection: Collection) -> dict[str, NDArray[np.float64]]:
+    """nDCG@10 per query of each leg and of the fused list, the collection indexed and searched as a new KB."""
     encoder = keyword_encoder(KB_DEFAULT)
     scores: dict[str, list[float]] = {leg: [] for leg in LEGS}
     with tempfile.TemporaryDirectory(prefix="ragkb-chunking-") as root:
@@ -81,7 +86,7 @@ def measure(collection: Collection) -> Measured:
             scores["keyword"].append(ndcg(collection, legs_of(found.keyword)[0].tolist(), query))
             scores["hybrid"].append(ndcg(collection, [hit.payload["passage"] for hit in found.fused], query))
         index.close()
-    return Measured(len(collection.passages), cut_by_model(collection), {k: np.array(v) for k, v in scores.items()})
+    return {leg: np.array(values) for leg, values in scores.items()}
 
 
 def cut_by_model(collection: Collection) -> int:
@@ -121,18 +126,20 @@ def gain_row(today: NDArray[np.float64], chosen: NDArray[np.float64]) -> dict[st
     return {"today": _m(today), "held_out_ndcg": _m(chosen), "gain": _m(gains), "ci": [_m(low), _m(high)]}
 
 
-def leave_one_out(per: PerQuery) -> list[dict[str, Any]]:
+def leave_one_out(per: PerQuery, today: str = label(TODAY)) -> list[dict[str, Any]]:
+    """Per held-out collection: the candidate best on the others, and its gain there over `today`."""
     rows = []
     for held in per if len(per) > 1 else ():
         others = {n: per[n] for n in per if n != held}
-        chosen = choose(others, {n: np.ones(len(per[n][label(TODAY)]), dtype=bool) for n in others})
-        rows.append({"held_out": held, "chosen": chosen} | gain_row(per[held][label(TODAY)], per[held][chosen]))
+        chosen = choose(others, {n: np.ones(len(per[n][today]), dtype=bool) for n in others})
+        rows.append({"held_out": held, "chosen": chosen} | gain_row(per[held][today], per[held][chosen]))
     return rows
 
 
-def k_folds(per: PerQuery, folds: int) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
-    """Each fold's choice and its held-out figures, and per collection the pooled held-out gain."""
-    today = label(TODAY)
+def k_folds(
+    per: PerQuery, folds: int, today: str = label(TODAY)
+) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """Each fold's choice and its held-out figures, and per collection the pooled held-out gain over `today`."""
     assignment = {n: folds_of(len(per[n][today]), folds) for n in per}
     held_scores = {n: np.zeros(len(per[n][today])) for n in per}
     rows = []
@@ -164,24 +171,28 @@ def markdown(result: dict[str, Any]) -> str:
                 f"| {name} | {chunking} | {row['chunks']} | {row['cut']} | {row['dense']} | {row['keyword']} | "
                 f"{row['hybrid']} |"
             )
-    lines += ["", f"Leave one collection out (hybrid; gain over {label(TODAY)}, paired bootstrap 95 % CI)", ""]
+    return "\n".join(lines + cv_markdown(result["cv"], names, label(TODAY))) + "\n"
+
+
+def cv_markdown(cv: dict[str, Any], names: list[str], today: str) -> list[str]:
+    """The cross-validation tables: leave one collection out, each fold, the folds pooled per collection."""
+    lines = ["", f"Leave one collection out (hybrid; gain over {today}, paired bootstrap 95 % CI)", ""]
     lines += ["| held out | chosen | today | held-out | gain | CI |", "|---|---|---|---|---|---|"]
-    for row in result["cv"]["loco"]:
+    for row in cv["loco"]:
         lines.append(
             f"| {row['held_out']} | {row['chosen']} | {row['today']} | {row['held_out_ndcg']} | {row['gain']} | "
             f"{row['ci']} |"
         )
     lines += ["", "k folds within collections (each cell: today → chosen, hybrid nDCG@10 on the held-out fold)", ""]
     lines += ["| fold | chosen | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
-    for row in result["cv"]["kfold"]:
+    for row in cv["kfold"]:
         cells = " | ".join(f"{row[n][0]} → {row[n][1]}" for n in names)
         lines.append(f"| {row['fold']} | {row['chosen']} | {cells} |")
     lines += ["", "k folds pooled per collection (held-out gain over today, paired bootstrap 95 % CI)", ""]
     lines += ["| collection | today | held-out | gain | CI |", "|---|---|---|---|---|"]
-    for name, row in result["cv"]["pooled"].items():
+    for name, row in cv["pooled"].items():
         lines.append(f"| {name} | {row['today']} | {row['held_out_ndcg']} | {row['gain']} | {row['ci']} |")
-    lines += ["", f"Chosen on all collections: {result['cv']['chosen_on_all']}"]
-    return "\n".join(lines) + "\n"
+    return [*lines, "", f"Chosen on all collections: {cv['chosen_on_all']}"]
 
 
 def collection_info(spec: str, runs: dict[str, Measured]) -> dict[str, Any]:
