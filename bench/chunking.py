@@ -29,9 +29,10 @@ import pickle
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from common import save_result
@@ -42,6 +43,7 @@ from numpy.typing import NDArray
 
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval
 
+T = TypeVar("T")
 TODAY = KbChunking()
 CANDIDATES = (
     TODAY,
@@ -95,19 +97,25 @@ def cut_by_model(collection: Collection) -> int:
     return sum(model.count_tokens(passage.indexed) > model.max_passage_tokens for passage in collection.passages)
 
 
-def measured(spec: str, chunking: KbChunking) -> Measured:
-    """From the cache, or measured now (the vectors themselves are cached by bench/embedded.py)."""
+def cached(kind: str, name: str, compute: Callable[[], T]) -> T:
+    """A measurement of a new KB's retrieval (KB_DEFAULT) from the cache under `kind`, or computed now and kept
+    (the vectors themselves are cached by bench/embedded.py)."""
     retrieval = f"title{KB_DEFAULT.title_weight}-{KB_DEFAULT.fusion}-{KB_DEFAULT.depth}"
-    path = CACHE / "chunking" / f"{spec.replace(':', '-')}-{label(chunking).replace('/', '-')}-{retrieval}.pickle"
+    path = CACHE / kind / f"{name.replace(':', '-').replace('/', '-')}-{retrieval}.pickle"
     if path.exists():
-        result: Measured = pickle.loads(path.read_bytes())
-        return result
+        stored: T = pickle.loads(path.read_bytes())
+        return stored
     started = time.perf_counter()
-    result = measure(load(spec, chunking))
-    print(f"{spec} {label(chunking)}: {result.chunks} chunks in {time.perf_counter() - started:.0f} s", flush=True)
+    result = compute()
+    print(f"{kind} {name}: {time.perf_counter() - started:.0f} s", flush=True)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(pickle.dumps(result))
     return result
+
+
+def measured(spec: str, chunking: KbChunking) -> Measured:
+    """From the cache, or measured now."""
+    return cached("chunking", f"{spec}-{label(chunking)}", lambda: measure(load(spec, chunking)))
 
 
 # -- cross-validation ---------------------------------------------------------------------------------

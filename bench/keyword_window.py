@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import pickle
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -29,9 +28,9 @@ from functools import cache
 from typing import Any
 
 import numpy as np
-from chunking import KB_DEFAULT, LEGS, _m, choose, cv_markdown, k_folds, leave_one_out, scores_of
+from chunking import KB_DEFAULT, LEGS, _m, cached, choose, cv_markdown, k_folds, leave_one_out, scores_of
 from common import read_jsonl, save_result
-from embedded import CACHE, Collection, embedder, folder_of, load
+from embedded import Collection, embedder, folder_of, load
 from numpy.typing import NDArray
 
 from ragkb_core.kb_settings import KbChunking
@@ -161,17 +160,7 @@ def windowed(collection: Collection, window: str) -> Collection:
 
 def measured(spec: str, collection: Collection, window: str) -> Scores:
     """From the cache, or measured now."""
-    retrieval = f"title{KB_DEFAULT.title_weight}-{KB_DEFAULT.fusion}-{KB_DEFAULT.depth}"
-    path = CACHE / "keyword_window" / f"{spec.replace(':', '-')}-{window}-{retrieval}.pickle"
-    if path.exists():
-        stored: Scores = pickle.loads(path.read_bytes())
-        return stored
-    started = time.perf_counter()
-    scores = scores_of(windowed(collection, window))
-    print(f"{spec} window {window}: {time.perf_counter() - started:.0f} s", flush=True)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(pickle.dumps(scores))
-    return scores
+    return cached("keyword_window", f"{spec}-{window}", lambda: scores_of(windowed(collection, window)))
 
 
 def markdown(result: dict[str, Any]) -> str:
