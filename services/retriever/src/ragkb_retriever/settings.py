@@ -74,9 +74,8 @@ class RetrieverServerSettings(HttpServerSettings):
     query_cache_size: int = Field(default=4096, ge=0)
     # Runtime threads per query embedding (RAGKB_EMBEDDING__THREADS is the worker's, for passages). 0: the
     # cores the retriever may run on (its CPU affinity), at most QUERY_THREADS_CAP. Measured on 2 cores
-    # (bench/latency_ab.py, README Latency): two threads against one cut a lone query's embedding from 12.7 to
-    # about 9 ms and, with 8 concurrent clients, raised hybrid searches/s by 16 % (concurrent runs share the
-    # session's pool instead of each holding one core).
+    # (bench/latency_ab.py, README Latency): two threads against one took a lone search from 23.4 to 19.8 ms
+    # p50 over HTTP; 8 concurrent clients searched as fast as before (concurrent runs share the session's pool).
     embed_threads: int = Field(default=0, ge=0)
     # Embed queries with the packaged e5's int8 query graph (its own recipe, ragkb_models.onnx_encoder.QUERY_INT8;
     # not the passages' int8 graph) while passages stay float32 (the worker's backend `onnx`): about half the CPU
