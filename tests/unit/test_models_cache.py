@@ -66,3 +66,23 @@ def test_a_built_file_is_complete_until_it_changes_size(tmp_path: Path) -> None:
     assert not file_is_complete(target, {**PROVENANCE, "source_sha256": "def"})
     target.write_bytes(b"gra")
     assert not file_is_complete(target, PROVENANCE)
+
+
+def test_an_int8_graph_is_stale_once_its_quantisation_recipe_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The recipe is part of an int8 graph's provenance, so changing it needs no manual version bump."""
+    from ragkb_models import onnx_encoder
+    from ragkb_models.cache import MARKER_NAME
+
+    (tmp_path / MARKER_NAME).write_text('{"provenance": {"weights": "e5"}}')
+    graph = tmp_path / "model_int8_query.onnx"
+    built = onnx_encoder.graph_provenance(tmp_path, "int8-query")
+    build_file(graph, built, lambda tmp: tmp.write_bytes(b"graph"))
+    assert file_is_complete(graph, onnx_encoder.graph_provenance(tmp_path, "int8-query"))
+
+    changed = onnx_encoder.Int8Recipe(float_weights=(r"encoder\.layer\.4\.output\.dense\.weight",))
+    monkeypatch.setitem(onnx_encoder.INT8_RECIPES, "int8-query", changed)
+    assert not file_is_complete(graph, onnx_encoder.graph_provenance(tmp_path, "int8-query"))
+    # The float32 graph carries no recipe: a recipe change never rebuilds it.
+    assert "recipe" not in onnx_encoder.graph_provenance(tmp_path, "fp32")

@@ -9,7 +9,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import onnxruntime as ort
@@ -29,7 +29,8 @@ ONNX_FILES: dict[Precision, str] = {
     "int8": "onnx/model_int8.onnx",
     "int8-query": "onnx/model_int8_query.onnx",
 }
-# Bump when the graph or a quantisation recipe changes, so cached graphs are rebuilt.
+# Bump when the way the float32 graph is written changes, so cached graphs are rebuilt (a change of an int8
+# recipe rebuilds that graph by itself: the recipe is part of its provenance).
 ONNX_BUILDER_VERSION = 1
 
 
@@ -42,6 +43,13 @@ class Int8Recipe:
     op_types: tuple[str, ...] | None = None
     # MatMuls whose weight initializer's name matches one of these patterns (re.fullmatch) stay float32.
     float_weights: tuple[str, ...] = ()
+
+    def provenance(self) -> dict[str, list[str] | None]:
+        """As the build marker stores it (JSON: lists, not tuples), so that a graph's marker compares equal."""
+        return {
+            "op_types": None if self.op_types is None else list(self.op_types),
+            "float_weights": list(self.float_weights),
+        }
 
 
 # Passages: every op quantised. Existing KBs' int8 vectors were made with it: never change it.
@@ -56,7 +64,7 @@ INT8_RECIPES: dict[Precision, Int8Recipe] = {"int8": PASSAGE_INT8, "int8-query":
 def ensure_onnx_model(model_dir: Path, precision: Precision) -> Path:
     """The cached ONNX graph of a converted BERT folder, built on first use (fp32 first, int8 from it)."""
     target = model_dir / ONNX_FILES[precision]
-    provenance = {"folder": _folder_provenance(model_dir), "builder": ONNX_BUILDER_VERSION, "precision": precision}
+    provenance = graph_provenance(model_dir, precision)
     if file_is_complete(target, provenance):
         return target
     source = None if precision == "fp32" else ensure_onnx_model(model_dir, "fp32")
@@ -66,6 +74,19 @@ def ensure_onnx_model(model_dir: Path, precision: Precision) -> Path:
             build_file(target, provenance, lambda tmp: _write(model_dir, source, precision, tmp))
             logger.info("built %s in %.1f s", target, time.perf_counter() - started)
     return target
+
+
+def graph_provenance(model_dir: Path, precision: Precision) -> dict[str, Any]:
+    """What a cached graph was built from: the converted folder, the builder and, for int8, the recipe — so a
+    changed recipe rebuilds its graph (the passages' recipe never changes, so its graph comes out the same)."""
+    provenance: dict[str, Any] = {
+        "folder": _folder_provenance(model_dir),
+        "builder": ONNX_BUILDER_VERSION,
+        "precision": precision,
+    }
+    if precision in INT8_RECIPES:
+        provenance["recipe"] = INT8_RECIPES[precision].provenance()
+    return provenance
 
 
 def _folder_provenance(model_dir: Path) -> str:
