@@ -25,6 +25,7 @@ The choice is by hybrid nDCG@10, never on one collection's own queries (as bench
 from __future__ import annotations
 
 import argparse
+import hashlib
 import pickle
 import statistics
 import tempfile
@@ -100,7 +101,9 @@ def cut_by_model(collection: Collection) -> int:
 def cached(kind: str, name: str, compute: Callable[[], T]) -> T:
     """A measurement of a new KB's retrieval (KB_DEFAULT) from the cache under `kind`, or computed now and kept
     (the vectors themselves are cached by bench/embedded.py)."""
-    retrieval = f"title{KB_DEFAULT.title_weight}-{KB_DEFAULT.fusion}-{KB_DEFAULT.depth}"
+    # The analyzer's version names its terms and their weights (k1, b), which the scores depend on.
+    analyzer = hashlib.sha256(keyword_encoder(KB_DEFAULT).version.encode()).hexdigest()[:8]
+    retrieval = f"title{KB_DEFAULT.title_weight}-{KB_DEFAULT.fusion}-{KB_DEFAULT.depth}-{analyzer}"
     path = CACHE / kind / f"{name.replace(':', '-').replace('/', '-')}-{retrieval}.pickle"
     if path.exists():
         stored: T = pickle.loads(path.read_bytes())

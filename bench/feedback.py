@@ -38,6 +38,7 @@ nDCG@10 over the training part (each collection weighs the same) is scored on th
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import pickle
 import statistics
@@ -485,7 +486,9 @@ def prepared(spec: str, max_queries: int | None) -> tuple[Matrices, FirstPass]:
             collection.name, collection.split, collection.passages, collection.queries, collection.qrels,
             collection.passage_vectors, collection.query_vectors[:max_queries],
         )  # fmt: skip
-    path = CACHE / "feedback" / f"{spec.replace(':', '-')}-{len(collection.queries)}.pickle"
+    # Keyed by the analyzer's version too: it names the terms and their weights (k1, b) the matrices hold.
+    version = hashlib.sha256(keyword_encoder(SHIPPED).version.encode()).hexdigest()[:12]
+    path = CACHE / "feedback" / f"{spec.replace(':', '-')}-{len(collection.queries)}-{version}.pickle"
     if path.exists():
         m = pickle.loads(path.read_bytes())
         m.collection = collection

@@ -33,6 +33,7 @@ The plain Lucene BM25 (bm25s) keyword baseline runs on the same documents in the
 from __future__ import annotations
 
 import argparse
+import hashlib
 import itertools
 import pickle
 import statistics
@@ -441,7 +442,9 @@ def main() -> None:
         collection = load(spec)
         if args.max_queries:
             collection = _first_queries(collection, args.max_queries)
-        saved = CACHE / "fusion" / f"{collection.label.replace(':', '-')}-{len(collection.queries)}.pickle"
+        # Keyed by the analyzers' versions too: they name the terms and their weights (k1, b) measured.
+        versions = hashlib.sha256("".join(a.version for a in ANALYZERS.values()).encode()).hexdigest()[:8]
+        saved = CACHE / "fusion" / f"{collection.label.replace(':', '-')}-{len(collection.queries)}-{versions}.pickle"
         if args.reuse and saved.exists():
             measured[collection.label] = pickle.loads(saved.read_bytes())
         else:

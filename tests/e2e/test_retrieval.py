@@ -109,6 +109,34 @@ def _reranking_kb(ragkb: RunningRagkb, name: str, **retrieval: Any) -> str:
 # -- settings -----------------------------------------------------------------------------------------
 
 
+def test_a_kbs_own_bm25_k1_and_b_weigh_its_keyword_search(ragkb: RunningRagkb) -> None:
+    """b is BM25's length normalisation: with b 0 a term found once weighs the same in a short and a long
+    chunk; with b 0.9 the short chunk's weighs clearly more. Each KB indexes with its own k1 and b."""
+    short = "The harbour ferry leaves at noon."
+    long = "The harbour ferry leaves at noon. " + " ".join(f"Shelter {n} opens near the quay." for n in range(30))
+    scores = {}
+    for b in (0.0, 0.9):
+        response = ragkb.client.post(
+            "/v1/knowledge-bases", json={"name": f"bm25-b-{b}", "analyzer": {"bm25_k1": 1.5, "bm25_b": b}}
+        )
+        assert response.status_code == 201, response.text
+        kb = response.json()
+        assert (kb["analyzer"]["bm25_k1"], kb["analyzer"]["bm25_b"]) == (1.5, b)
+        assert f"+bm25-k1.5-b{b:g}/2" in kb["analyzer_version"]
+        for source_id, text in (("short", short), ("long", long)):
+            body = {"source_id": source_id, "title": "Timetable", "text": text}
+            accepted = ragkb.client.post(f"/v1/knowledge-bases/{kb['id']}/documents", json=body)
+            assert accepted.status_code == 202, accepted.text
+            assert ragkb.wait_document(kb["id"], accepted.json()["id"])["status"] == "done"
+        hits = _search(ragkb, [kb["id"]], query="ferry", mode="keyword")["results"]
+        scores[b] = {hit["source_id"]: hit["score"] for hit in hits}
+        refused = ragkb.client.patch(f"/v1/knowledge-bases/{kb['id']}", json={"analyzer": {"bm25_b": 0.5}})
+        assert refused.status_code == 409 and "re-index" in refused.json()["detail"]
+        ragkb.client.delete(f"/v1/knowledge-bases/{kb['id']}")
+    assert scores[0.0]["short"] == pytest.approx(scores[0.0]["long"], rel=1e-4)
+    assert scores[0.9]["short"] > 1.3 * scores[0.9]["long"]
+
+
 def test_retrieval_settings_are_per_kb_validated_and_patched_in_place(ragkb: RunningRagkb) -> None:
     kb_id = _create_kb(ragkb, "retrieval-settings", {"top_k": 5, "score_threshold": 0.2})
     kb = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
@@ -121,7 +149,10 @@ def test_retrieval_settings_are_per_kb_validated_and_patched_in_place(ragkb: Run
         "languages": ["english"],
         "stop_words": True,
         "title_weight": 2,
+        "bm25_k1": 0.9,
+        "bm25_b": 0.6,
     }
+    assert kb["analyzer_version"] == "sudachi-c-norm+uax29-fold-stop-english+title2+bm25-k0.9-b0.6/2+cjk-bigram"
     assert kb["retrieval"]["keyword_weight"] == kb["retrieval"]["dense_weight"] == 1
     assert kb["retrieval"]["fusion"] == "dbsf"
 

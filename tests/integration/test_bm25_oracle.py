@@ -18,6 +18,7 @@ from rank_bm25 import BM25Okapi
 
 from ragkb_analyzer import Analyzer, Bm25Encoder
 from ragkb_core.contracts import ScopeFilter
+from ragkb_core.kb_settings import KbAnalyzer
 from ragkb_core.settings import AnalyzerSettings, QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.port import IndexPoint
@@ -40,10 +41,10 @@ def _sample() -> tuple[list[dict[str, str]], list[str]]:
 @pytest.mark.skipif(not SCIFACT.exists(), reason="the shared SciFact collection is not beside the repository")
 def test_engine_bm25_agrees_with_rank_bm25(tmp_path: Path) -> None:
     corpus, queries = _sample()
-    analyzer = Analyzer()
+    analyzer = Analyzer(KbAnalyzer(bm25_k1=1.5, bm25_b=0.75))
     tokens = [analyzer.terms(f"{doc['title']}\n{doc['text']}") for doc in corpus]
     average = statistics.fmean(len(t) for t in tokens)
-    encoder = Bm25Encoder(analyzer, AnalyzerSettings(k1=1.5, b=0.75, avg_len=average))
+    encoder = Bm25Encoder(analyzer, AnalyzerSettings(avg_len=average))
     oracle = BM25Okapi(tokens, k1=1.5, b=0.75)
 
     index = EdgeIndex(QdrantSettings(path=tmp_path / "index"))

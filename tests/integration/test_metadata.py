@@ -225,6 +225,35 @@ def test_upgrading_to_0016_keeps_existing_kbs_passages_in_float32(fresh_url: str
     assert KbChunking().passage_precision == "float32"  # what a KB created now gets
 
 
+def test_upgrading_to_0017_keeps_the_bm25_weights_existing_kbs_were_indexed_with(fresh_url: str) -> None:
+    """Every index built before k1 and b were set per KB was weighted with Lucene's 1.2 and 0.75: the KB, its
+    rollback target and a re-index job under way go on saying so, and their analyzer version stamps do not change."""
+    engine = build_engine(DatabaseSettings(url=fresh_url))
+    migrate_to(engine, "0016")
+    analyzer = '{"words": "unicode", "languages": ["english"], "title_weight": 2}'
+    previous = f'{{"previous_settings": {{"chunking": {{}}, "analyzer": {analyzer}, "embedding_model": "m"}}}}'
+    with engine.begin() as connection:
+        connection.execute(
+            text(
+                "INSERT INTO knowledge_bases (id, name, description, embedding_model, analyzer_version, chunking,"
+                " retrieval, analyzer, sync, index_state, created_at, updated_at) VALUES ('kb17', 'old17', '', 'm',"
+                f" 'a', '{{}}', '{{}}', '{analyzer}', '{{}}', '{previous}', '2026-01-01', '2026-01-01')"
+            )
+        )
+    migrate_to_head(engine)
+    with engine.begin() as connection:
+        row = connection.execute(text("SELECT analyzer, index_state FROM knowledge_bases WHERE id = 'kb17'")).one()
+        connection.execute(text("DELETE FROM knowledge_bases WHERE id = 'kb17'"))
+    engine.dispose()
+    stored, state = _json(row[0]), _json(row[1])
+    assert stored == {**json.loads(analyzer), "bm25_k1": 1.2, "bm25_b": 0.75}
+    assert state["previous_settings"]["analyzer"] == stored  # type: ignore[index]
+    before = KbAnalyzer.model_validate(stored)
+    assert before.version == "sudachi-c-norm+uax29-fold-stop-english+title2/2+cjk-bigram"  # the stamp it had
+    assert (KbAnalyzer().bm25_k1, KbAnalyzer().bm25_b) == (0.9, 0.6)  # what a KB created now gets
+    assert KbAnalyzer().version != before.version
+
+
 def _json(value: object) -> object:
     """A JSON column as read by a raw statement: text on SQLite, already decoded on PostgreSQL."""
     return json.loads(value) if isinstance(value, str) else value

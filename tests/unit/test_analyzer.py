@@ -37,8 +37,8 @@ def test_term_ids_are_stable_32_bit_values() -> None:
 
 
 def test_bm25_document_weights_follow_the_formula() -> None:
-    settings = AnalyzerSettings(k1=1.2, b=0.75, avg_len=4)
-    encoder = Bm25Encoder(ANALYZER, settings)
+    settings = AnalyzerSettings(avg_len=4)
+    encoder = Bm25Encoder(ANALYZER, settings)  # version 1: Lucene's k1 1.2 and b 0.75
     vector = encoder.encode_document("apple apple banana")
     weights = dict(zip(vector.indices, vector.values, strict=True))
     norm = 1.2 * (1 - 0.75 + 0.75 * 3 / 4)

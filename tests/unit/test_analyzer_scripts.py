@@ -28,10 +28,12 @@ def matches(config: KbAnalyzer, query: str, document: str) -> bool:
 def test_new_kbs_get_version_2_with_english_stemming_and_stop_words() -> None:
     config = KbAnalyzer()
     assert (config.words, config.languages, config.stop_words) == ("unicode", ["english"], True)
-    assert DEFAULT.version == "sudachi-c-norm+uax29-fold-stop-english+title2/2+cjk-bigram"
+    assert DEFAULT.version == "sudachi-c-norm+uax29-fold-stop-english+title2+bm25-k0.9-b0.6/2+cjk-bigram"
     assert KbAnalyzer(languages=["english", "russian"], stop_words=False).version == (
-        "sudachi-c-norm+uax29-fold-english-russian+title2/2+cjk-bigram"
+        "sudachi-c-norm+uax29-fold-english-russian+title2+bm25-k0.9-b0.6/2+cjk-bigram"
     )
+    # Lucene's k1 and b, which every KB had before they were set per KB, keep the stamp their indexes carry.
+    assert KbAnalyzer(bm25_k1=1.2, bm25_b=0.75).version == "sudachi-c-norm+uax29-fold-stop-english+title2/2+cjk-bigram"
     assert len({DEFAULT.version, VERSION_1.version, Analyzer(KbAnalyzer(languages=[])).version}) == 3
 
 

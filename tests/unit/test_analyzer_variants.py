@@ -123,6 +123,30 @@ def test_version_1_has_no_stemming_or_stop_words() -> None:
         KbAnalyzer(words=V1, stop_words=True)
 
 
+def test_version_1_weighs_terms_with_lucenes_k1_and_b_only() -> None:
+    assert (KbAnalyzer(words=V1).bm25_k1, KbAnalyzer(words=V1).bm25_b) == (1.2, 0.75)
+    with pytest.raises(ValidationError):
+        KbAnalyzer(words=V1, bm25_k1=0.9)
+
+
+@pytest.mark.parametrize("field", [{"bm25_k1": 0}, {"bm25_k1": 3.5}, {"bm25_b": -0.1}, {"bm25_b": 1.1}])
+def test_bm25_parameters_out_of_range_are_refused(field: dict[str, float]) -> None:
+    with pytest.raises(ValidationError):
+        KbAnalyzer.model_validate(field)
+
+
+def test_a_kbs_k1_and_b_weigh_its_chunks_terms() -> None:
+    """tf·(k1+1) / (tf + k1·(1 − b + b·len/avg_len)) with the KB's k1 and b: here one term, once, in a text of
+    avg_len words, so its weight is (k1+1) / (1 + k1) = 1 whatever k1 is, and b shows with a longer text."""
+    settings = AnalyzerSettings(avg_len=4)
+    text = "ferry timetable harbour lighthouse"
+    for k1, b in ((1.2, 0.75), (0.9, 0.6), (2.0, 0.0)):
+        encoder = bm25_encoder_for(KbAnalyzer(bm25_k1=k1, bm25_b=b, languages=[], stop_words=False), settings)
+        assert encoder.encode_document(text).values == pytest.approx([1.0] * 4)
+        doubled = encoder.encode_document(f"{text} {text}")  # tf 2 in a text of twice avg_len words
+        assert doubled.values == pytest.approx([2 * (k1 + 1) / (2 + k1 * (1 - b + b * 2))] * 4)
+
+
 def test_encoders_are_made_once_per_configuration() -> None:
     settings = AnalyzerSettings()
     first = bm25_encoder_for(KbAnalyzer(words=V1, char_bigrams=True), settings)

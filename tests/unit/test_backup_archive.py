@@ -146,3 +146,14 @@ def test_a_manifest_that_miscounts_or_a_cut_archive_is_refused() -> None:
 def test_an_archive_that_unpacks_past_the_budget_is_refused() -> None:
     with pytest.raises(InvalidInput, match="unpacks to more"):
         read_all(written(), budget=100)
+
+
+def test_an_archive_written_before_bm25_was_set_per_kb_restores_with_the_weights_its_points_have() -> None:
+    written = manifest().model_dump(mode="json")
+    kb = written["knowledge_base"]
+    older = {key: value for key, value in kb["analyzer"].items() if not key.startswith("bm25")}
+    read = BackupManifest.model_validate({**written, "knowledge_base": {**kb, "analyzer": older}})
+    assert (read.knowledge_base.analyzer.bm25_k1, read.knowledge_base.analyzer.bm25_b) == (1.2, 0.75)
+    # Written now, an archive carries its KB's own k1 and b, and reads back as written.
+    current = BackupManifest.model_validate(written).knowledge_base.analyzer
+    assert current == KbAnalyzer() and (current.bm25_k1, current.bm25_b) == (0.9, 0.6)

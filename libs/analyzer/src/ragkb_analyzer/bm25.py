@@ -16,6 +16,7 @@ _encoders_lock = threading.Lock()
 
 class Bm25Encoder:
     """Document weight of term t: tf·(k1+1) / (tf + k1·(1 − b + b·len/avg_len)); query weight: 1 per term.
+    k1 and b are the KB's (KbAnalyzer), avg_len the server's (AnalyzerSettings).
 
     With Qdrant's IDF modifier on the sparse vector, the dot product of the two is exactly BM25. len counts
     the text's word terms only (Analysis.length): extra recall terms (sub-words, bigrams) get weights but do
@@ -24,8 +25,8 @@ class Bm25Encoder:
 
     def __init__(self, analyzer: Analyzer, settings: AnalyzerSettings) -> None:
         self.analyzer = analyzer
-        self._k1 = settings.k1
-        self._b = settings.b
+        self._k1 = analyzer.config.bm25_k1
+        self._b = analyzer.config.bm25_b
         self._avg_len = settings.avg_len
 
     @property

@@ -282,6 +282,9 @@ LANGUAGE_SCRIPTS: dict[str, str] = {
 }
 MAX_LANGUAGES = 4
 MAX_TITLE_WEIGHT = 4
+MAX_BM25_K1 = 3.0
+# Lucene's k1 and b: every KB created before BM25 was set per KB was indexed with them (migration 0017).
+LEGACY_BM25: dict[str, float] = {"bm25_k1": 1.2, "bm25_b": 0.75}
 
 
 def _english() -> list[StemLanguage]:
@@ -317,6 +320,12 @@ class KbAnalyzer(BaseModel):
     # title and heading path, as it is embedded; 2 adds the title once more). 2 by default: chosen by
     # cross-validation across SciFact, JSQuAD and JaQuAD (bench/fusion.py), better than 1 and than none.
     title_weight: int = Field(default=2, ge=1, le=MAX_TITLE_WEIGHT)
+    # BM25's term saturation (k1) and length normalisation (b) of a chunk's term weights
+    # (ragkb_analyzer.Bm25Encoder). 0.9 and 0.6 by default, where Lucene has 1.2 and 0.75: chosen by
+    # cross-validation across SciFact, PubMedQA, JSQuAD and JaQuAD (bench/bm25_params.py, README Benchmarks) on
+    # the keyword leg and on both search modes together; the hybrid answer did not lose on any of the four.
+    bm25_k1: float = Field(default=0.9, gt=0, le=MAX_BM25_K1)
+    bm25_b: float = Field(default=0.6, ge=0, le=1)
 
     @property
     def version(self) -> str:
@@ -329,7 +338,13 @@ class KbAnalyzer(BaseModel):
         japanese = "cjk-bigram" if self.japanese == "char-bigram" else "sudachi-c-norm"
         stemming = "".join(f"-{language}" for language in self.languages)
         title = f"+title{self.title_weight}" if self.title_weight != 1 else ""
-        return f"{japanese}+uax29-fold{'-stop' if self.stop_words else ''}{stemming}{title}/2{self._extras()}"
+        # Lucene's k1 and b leave the stamp as it was before they were set per KB, so that no index needs a re-index.
+        bm25 = "" if self._bm25() == LEGACY_BM25 else f"+bm25-k{self.bm25_k1:g}-b{self.bm25_b:g}"
+        stop = "-stop" if self.stop_words else ""
+        return f"{japanese}+uax29-fold{stop}{stemming}{title}{bm25}/2{self._extras()}"
+
+    def _bm25(self) -> dict[str, float]:
+        return {"bm25_k1": self.bm25_k1, "bm25_b": self.bm25_b}
 
     def _extras(self) -> str:
         return ("+mode-a-sub" if self.sudachi_mode_a_subwords else "") + ("+cjk-bigram" if self.char_bigrams else "")
@@ -342,9 +357,9 @@ class KbAnalyzer(BaseModel):
         # char_bigrams defaults to on for Sudachi; for the plain bigram analyzer it is not an extra at all.
         if data.get("japanese") == "char-bigram":
             data = {"char_bigrams": False, **data}
-        # Version 1 had no stemming or stop words, and indexed the title once.
+        # Version 1 had no stemming or stop words, indexed the title once and weighed terms with Lucene's k1 and b.
         if data.get("words") == "ascii-lower":
-            data = {"languages": [], "stop_words": False, "title_weight": 1, **data}
+            data = {"languages": [], "stop_words": False, "title_weight": 1, **LEGACY_BM25, **data}
         return data
 
     @model_validator(mode="after")
@@ -355,12 +370,22 @@ class KbAnalyzer(BaseModel):
 
     @model_validator(mode="after")
     def _languages_need_unicode_words(self) -> KbAnalyzer:
-        if self.words == "ascii-lower" and (self.languages or self.stop_words or self.title_weight != 1):
-            raise ValueError('languages, stop_words and title_weight apply to words: "unicode" only')
+        if self.words == "ascii-lower" and (
+            self.languages or self.stop_words or self.title_weight != 1 or self._bm25() != LEGACY_BM25
+        ):
+            raise ValueError('languages, stop_words, title_weight, bm25_k1 and bm25_b apply to words: "unicode" only')
         scripts = [LANGUAGE_SCRIPTS[language] for language in self.languages]
         if len(set(scripts)) < len(scripts):
             raise ValueError("languages: at most one language per script (a word is stemmed by its script's)")
         return self
+
+
+def with_legacy_bm25(analyzer: Any) -> Any:
+    """A KB analyzer stored before k1 and b were set per KB (it has no bm25_k1) was indexed with Lucene's: how an
+    archive written then is read (the database's were rewritten by migration 0017)."""
+    if isinstance(analyzer, dict) and "bm25_k1" not in analyzer:
+        return {**analyzer, **LEGACY_BM25}
+    return analyzer
 
 
 # -- index layout on a Qdrant cluster ------------------------------------------------------------------

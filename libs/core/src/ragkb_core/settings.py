@@ -201,8 +201,7 @@ class EmbeddingSettings(BaseModel):
 
 
 class AnalyzerSettings(BaseModel):
-    k1: float = Field(default=1.2, ge=0)
-    b: float = Field(default=0.75, ge=0, le=1)
+    # BM25's k1 and b are a KB's own (KbAnalyzer.bm25_k1, bm25_b), fixed with its index.
     # Average document length for BM25 length normalisation, in analyzer terms; set near the
     # chunker's target length so a full chunk gets the neutral normalisation.
     avg_len: float = Field(default=200.0, gt=0)

@@ -22,11 +22,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO, Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from ragkb_core.contracts import DocumentPoints
 from ragkb_core.errors import InvalidInput
-from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, KbSync, with_legacy_bm25
 from ragkb_store.blobs import sha256_of
 
 FORMAT = "ragkb-kb-backup"
@@ -47,6 +47,12 @@ class BackedUpKb(BaseModel):
     retrieval: KbRetrieval
     analyzer: KbAnalyzer
     sync: KbSync
+
+    @field_validator("analyzer", mode="before")
+    @classmethod
+    def _archived_before_bm25_was_per_kb(cls, analyzer: Any) -> Any:
+        # The archive's points carry the weights they were indexed with: an analyzer without k1 and b had Lucene's.
+        return with_legacy_bm25(analyzer)
 
 
 class BackupManifest(BaseModel):
