@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import sqlalchemy as sa
 from alembic import op
+
+from ragkb_store.db.stored_analyzers import rewrite_stored_analyzers
 
 revision = "0017"
 down_revision = "0016"
@@ -20,29 +21,11 @@ depends_on = None
 # The server-wide RAGKB_ANALYZER__K1 / __B defaults every index was weighted with until now.
 LEGACY_BM25 = {"bm25_k1": 1.2, "bm25_b": 0.75}
 
-knowledge_bases = sa.table(
-    "knowledge_bases", sa.column("id", sa.String), sa.column("analyzer", sa.JSON), sa.column("index_state", sa.JSON)
-)
-jobs = sa.table("jobs", sa.column("id", sa.String), sa.column("params", sa.JSON))
-
 
 def upgrade() -> None:
     # A KB's own analyzer, the analyzer of its rollback target and that of a re-index job under way: each names the
     # weights of an index that exists or is being built.
-    connection = op.get_bind()
-    for kb_id, analyzer, index_state in connection.execute(
-        sa.select(knowledge_bases.c.id, knowledge_bases.c.analyzer, knowledge_bases.c.index_state)
-    ).all():
-        values = {
-            "analyzer": _legacy(analyzer),
-            "index_state": _with_built_analyzer(index_state, "previous_settings"),
-        }
-        connection.execute(knowledge_bases.update().where(knowledge_bases.c.id == kb_id).values(**values))
-    for job_id, params in connection.execute(sa.select(jobs.c.id, jobs.c.params)).all():
-        if isinstance(params, dict) and "settings" in params:
-            connection.execute(
-                jobs.update().where(jobs.c.id == job_id).values(params=_with_built_analyzer(params, "settings"))
-            )
+    rewrite_stored_analyzers(op.get_bind(), _legacy)
 
 
 def downgrade() -> None:
@@ -54,11 +37,3 @@ def _legacy(analyzer: Any) -> Any:
     if not isinstance(analyzer, dict) or "bm25_k1" in analyzer:
         return analyzer
     return {**analyzer, **LEGACY_BM25}
-
-
-def _with_built_analyzer(holder: Any, key: str) -> Any:
-    """`holder[key]` is a BuildSettings (chunking, analyzer, embedding model) or absent."""
-    if not isinstance(holder, dict) or not isinstance(holder.get(key), dict):
-        return holder
-    settings = holder[key]
-    return {**holder, key: {**settings, "analyzer": _legacy(settings.get("analyzer", {}))}}
