@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 
 import pytest
-from sqlalchemy import create_engine, inspect, select, text, update
+from sqlalchemy import Engine, create_engine, inspect, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
@@ -203,18 +203,25 @@ def test_upgrading_an_old_schema_keeps_every_document(fresh_url: str) -> None:
     engine.dispose()
 
 
-def test_upgrading_to_0016_keeps_existing_kbs_passages_in_float32(fresh_url: str) -> None:
-    engine = build_engine(DatabaseSettings(url=fresh_url))
-    migrate_to(engine, "0015")
-    chunking = '{"target_tokens": 128, "max_tokens": 200, "overlap_tokens": 32, "noise_patterns": [], "ocr": false}'
+def insert_kb(engine: Engine, kb_id: str, chunking: str = "{}", analyzer: str = "{}", index_state: str = "{}") -> None:
+    """A KB row as a schema from 0015 on holds it, with these JSON texts (the other settings empty)."""
     with engine.begin() as connection:
         connection.execute(
             text(
                 "INSERT INTO knowledge_bases (id, name, description, embedding_model, analyzer_version, chunking,"
-                " retrieval, analyzer, sync, index_state, created_at, updated_at) VALUES ('kb16', 'old16', '', 'm',"
-                f" 'a', '{chunking}', '{{}}', '{{}}', '{{}}', '{{}}', '2026-01-01', '2026-01-01')"
-            )
+                " retrieval, analyzer, sync, index_state, created_at, updated_at) VALUES (:id, :name, '', 'm', 'a',"
+                " :chunking, '{}', :analyzer, '{}', :index_state, '2026-01-01', '2026-01-01')"
+            ),
+            {"id": kb_id, "name": f"old-{kb_id}", "chunking": chunking, "analyzer": analyzer}
+            | {"index_state": index_state},
         )
+
+
+def test_upgrading_to_0016_keeps_existing_kbs_passages_in_float32(fresh_url: str) -> None:
+    engine = build_engine(DatabaseSettings(url=fresh_url))
+    migrate_to(engine, "0015")
+    chunking = '{"target_tokens": 128, "max_tokens": 200, "overlap_tokens": 32, "noise_patterns": [], "ocr": false}'
+    insert_kb(engine, "kb16", chunking=chunking)
     migrate_to_head(engine)
     with engine.begin() as connection:
         stored = connection.execute(text("SELECT chunking FROM knowledge_bases WHERE id = 'kb16'")).scalar()
@@ -232,14 +239,7 @@ def test_upgrading_to_0017_keeps_the_bm25_weights_existing_kbs_were_indexed_with
     migrate_to(engine, "0016")
     analyzer = '{"words": "unicode", "languages": ["english"], "title_weight": 2}'
     previous = f'{{"previous_settings": {{"chunking": {{}}, "analyzer": {analyzer}, "embedding_model": "m"}}}}'
-    with engine.begin() as connection:
-        connection.execute(
-            text(
-                "INSERT INTO knowledge_bases (id, name, description, embedding_model, analyzer_version, chunking,"
-                " retrieval, analyzer, sync, index_state, created_at, updated_at) VALUES ('kb17', 'old17', '', 'm',"
-                f" 'a', '{{}}', '{{}}', '{analyzer}', '{{}}', '{previous}', '2026-01-01', '2026-01-01')"
-            )
-        )
+    insert_kb(engine, "kb17", analyzer=analyzer, index_state=previous)
     migrate_to_head(engine)
     with engine.begin() as connection:
         row = connection.execute(text("SELECT analyzer, index_state FROM knowledge_bases WHERE id = 'kb17'")).one()
