@@ -350,6 +350,9 @@ def fix_settings_the_server_refused(page: Page, ragkb: RunningRagkb, kb_id: str)
     expect(page.locator('[data-error-for="retrieval.top_k"]')).not_to_be_empty()
     expect(page.get_by_label("Max tokens")).to_have_attribute("aria-invalid", "true")
     assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()["chunking"]["max_tokens"] == 400
+    # The analyzer's BM25 k1 and b, fixed with the index: a new KB's defaults.
+    bm25 = page.locator("dt", has_text="BM25 k1 / b").locator("xpath=following-sibling::dd[1]")
+    expect(bm25).to_have_text("0.9 / 0.6")
     screenshot(page, "settings-en")
     page.get_by_label("Max tokens").fill("380")
     page.get_by_label("top_k", exact=True).fill("8")

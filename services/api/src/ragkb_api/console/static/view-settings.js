@@ -120,6 +120,7 @@ export async function settingsView(ctx) {
       el("dl", { class: "facts" }, [
         el("dt", { text: t("kb.japaneseAnalyzer") }), el("dd", { text: kb.analyzer.japanese }),
         el("dt", { text: t("kb.charBigrams") }), el("dd", { text: String(kb.analyzer.char_bigrams) }),
+        el("dt", { text: t("settings.bm25") }), el("dd", { class: "mono", text: `${kb.analyzer.bm25_k1} / ${kb.analyzer.bm25_b}` }),
         el("dt", { text: t("settings.analyzerVersion") }), el("dd", { class: "mono", text: kb.analyzer_version }),
         el("dt", { text: t("kb.model") }), el("dd", { class: "mono", text: kb.embedding_model }),
       ]),
