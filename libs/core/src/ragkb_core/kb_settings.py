@@ -381,8 +381,9 @@ class KbAnalyzer(BaseModel):
 
 
 def with_legacy_bm25(analyzer: Any) -> Any:
-    """A KB analyzer stored before k1 and b were set per KB (it has no bm25_k1) was indexed with Lucene's: how an
-    archive written then is read (the database's were rewritten by migration 0017)."""
+    """A KB analyzer stored before k1 and b were set per KB (it has no bm25_k1) was indexed with Lucene's: how
+    migration 0017 rewrites the database's and how an archive written then is read. Migrations call it: never
+    change what it returns."""
     if isinstance(analyzer, dict) and "bm25_k1" not in analyzer:
         return {**analyzer, **LEGACY_BM25}
     return analyzer

@@ -7,10 +7,9 @@ Revises: 0016
 
 from __future__ import annotations
 
-from typing import Any
-
 from alembic import op
 
+from ragkb_core.kb_settings import with_legacy_bm25
 from ragkb_store.db.stored_analyzers import rewrite_stored_analyzers
 
 revision = "0017"
@@ -18,22 +17,14 @@ down_revision = "0016"
 branch_labels = None
 depends_on = None
 
-# The server-wide RAGKB_ANALYZER__K1 / __B defaults every index was weighted with until now.
-LEGACY_BM25 = {"bm25_k1": 1.2, "bm25_b": 0.75}
-
 
 def upgrade() -> None:
     # A KB's own analyzer, the analyzer of its rollback target and that of a re-index job under way: each names the
-    # weights of an index that exists or is being built.
-    rewrite_stored_analyzers(op.get_bind(), _legacy)
+    # weights of an index that exists or is being built: Lucene's k1 and b, the server-wide RAGKB_ANALYZER__K1 / __B
+    # defaults every index was weighted with until now (ragkb_core.kb_settings.LEGACY_BM25).
+    rewrite_stored_analyzers(op.get_bind(), with_legacy_bm25)
 
 
 def downgrade() -> None:
     # Nothing to undo: code before this revision ignores the fields (and weighs every KB with the server's k1 and b).
     pass
-
-
-def _legacy(analyzer: Any) -> Any:
-    if not isinstance(analyzer, dict) or "bm25_k1" in analyzer:
-        return analyzer
-    return {**analyzer, **LEGACY_BM25}
