@@ -25,7 +25,6 @@ The choice is by hybrid nDCG@10, never on one collection's own queries (as bench
 from __future__ import annotations
 
 import argparse
-import hashlib
 import pickle
 import statistics
 import tempfile
@@ -39,7 +38,7 @@ import numpy as np
 from common import save_result
 from embedded import CACHE, Collection, embedder, load
 from feedback import paired_interval
-from fusion import Config, build_index, folds_of, keyword_encoder, legs_of, ndcg, search
+from fusion import Config, build_index, folds_of, keyword_encoder, legs_of, ndcg, search, versions_key
 from numpy.typing import NDArray
 
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval
@@ -101,8 +100,7 @@ def cut_by_model(collection: Collection) -> int:
 def cached(kind: str, name: str, compute: Callable[[], T]) -> T:
     """A measurement of a new KB's retrieval (KB_DEFAULT) from the cache under `kind`, or computed now and kept
     (the vectors themselves are cached by bench/embedded.py)."""
-    # The analyzer's version names its terms and their weights (k1, b), which the scores depend on.
-    analyzer = hashlib.sha256(keyword_encoder(KB_DEFAULT).version.encode()).hexdigest()[:8]
+    analyzer = versions_key(keyword_encoder(KB_DEFAULT).version)
     retrieval = f"title{KB_DEFAULT.title_weight}-{KB_DEFAULT.fusion}-{KB_DEFAULT.depth}-{analyzer}"
     path = CACHE / kind / f"{name.replace(':', '-').replace('/', '-')}-{retrieval}.pickle"
     if path.exists():

@@ -38,7 +38,6 @@ nDCG@10 over the training part (each collection weighs the same) is scored on th
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import pickle
 import statistics
@@ -53,7 +52,7 @@ from typing import Any
 import numpy as np
 from common import save_result
 from embedded import CACHE, Collection, load
-from fusion import KB, Config, Legs, build_index, fuse, keyword_encoder, legs_of, ndcg, search
+from fusion import KB, Config, Legs, build_index, fuse, keyword_encoder, legs_of, ndcg, search, versions_key
 from numpy.typing import NDArray
 from scipy import sparse as sp
 
@@ -486,8 +485,7 @@ def prepared(spec: str, max_queries: int | None) -> tuple[Matrices, FirstPass]:
             collection.name, collection.split, collection.passages, collection.queries, collection.qrels,
             collection.passage_vectors, collection.query_vectors[:max_queries],
         )  # fmt: skip
-    # Keyed by the analyzer's version too: it names the terms and their weights (k1, b) the matrices hold.
-    version = hashlib.sha256(keyword_encoder(SHIPPED).version.encode()).hexdigest()[:12]
+    version = versions_key(keyword_encoder(SHIPPED).version)
     path = CACHE / "feedback" / f"{spec.replace(':', '-')}-{len(collection.queries)}-{version}.pickle"
     if path.exists():
         m = pickle.loads(path.read_bytes())

@@ -116,6 +116,12 @@ def grid() -> Iterator[Config]:
 # -- the engine ----------------------------------------------------------------------------------------
 
 
+def versions_key(*versions: str) -> str:
+    """A short key for analyzer versions, which a cached measurement is keyed by: a version names the terms and
+    their weights (k1, b) that were measured."""
+    return hashlib.sha256("".join(versions).encode()).hexdigest()[:8]
+
+
 def keyword_encoder(config: Config) -> Bm25Encoder:
     """The encoder a KB of this variant indexes with: its analyzer, the title counted `title_weight` times."""
     analyzer = ANALYZERS[config.analyzer]
@@ -442,8 +448,7 @@ def main() -> None:
         collection = load(spec)
         if args.max_queries:
             collection = _first_queries(collection, args.max_queries)
-        # Keyed by the analyzers' versions too: they name the terms and their weights (k1, b) measured.
-        versions = hashlib.sha256("".join(a.version for a in ANALYZERS.values()).encode()).hexdigest()[:8]
+        versions = versions_key(*(a.version for a in ANALYZERS.values()))
         saved = CACHE / "fusion" / f"{collection.label.replace(':', '-')}-{len(collection.queries)}-{versions}.pickle"
         if args.reuse and saved.exists():
             measured[collection.label] = pickle.loads(saved.read_bytes())
