@@ -7,7 +7,10 @@ from typing import Any
 
 import pytest
 
+from ragkb_core.fusion import AnswerShape, FusionSettings, QueryLegs, answer, same_up_to_ties
+from ragkb_core.kb_settings import COVERAGE_MIN_RELEVANCE, PACKAGED_E5_COVERAGE_RELEVANCE, KbRetrieval
 from tests.e2e.conftest import RunningRagkb
+from tests.e2e.test_tune import legs_of
 
 pytestmark = pytest.mark.e2e
 
@@ -111,3 +114,67 @@ def test_hits_carry_a_relevance_and_nothing_relevant_is_an_empty_answer(ragkb: R
     assert records and all(0 <= record["score"] <= 1 for record in records)
     strict = {**dify, "retrieval_setting": {"top_k": 3, "score_threshold": records[0]["score"]}}
     assert len(ragkb.client.post("/retrieval", json=strict).json()["records"]) == 1
+
+
+# A small English and Japanese handbook, and questions about it and about things it does not hold.
+HANDBOOK = [
+    "Error E4012 on the label printer means the ribbon cassette is empty; replace the cassette and press reset.",
+    "Expense reports for client visits are submitted in the finance portal within 30 days of the trip.",
+    "New employees receive ten days of paid leave in their first year, rising by one day each year.",
+    "就業規則により、新入社員には入社半年後に10日間の有給休暇が付与されます。",
+    "経費精算は毎月25日が締め日で、領収書の原本を経理部に提出してください。",
+]
+ON_TOPIC = {
+    "E4012": 0,
+    "how do I submit an expense report for a client visit": 1,
+    "有給休暇は何日もらえますか": 3,
+    "経費精算の締め日はいつですか": 4,
+}
+OFF_TOPIC = [
+    "What is the boiling point of liquid nitrogen?",
+    "Who won the football world cup in 1998?",
+    "富士山の標高は何メートルですか",
+    "日本で一番長い川はどこですか",
+]
+
+
+def test_the_coverage_calibration_answers_questions_about_absent_things_with_nothing(ragkb: RunningRagkb) -> None:
+    """Issue 21: with the keyword-coverage calibration and its cross-validated floor (no reranker), a question the
+    KB cannot answer gets no passage, in English and Japanese, while its own questions, a bare error code among
+    them (found by its keyword, not its cosine), keep their answer first."""
+    retrieval = {
+        "relevance_calibration": PACKAGED_E5_COVERAGE_RELEVANCE.model_dump(),
+        "min_relevance": COVERAGE_MIN_RELEVANCE,
+    }
+    response = ragkb.client.post("/v1/knowledge-bases", json={"name": "recommended-floor", "retrieval": retrieval})
+    assert response.status_code == 201, response.text
+    kb_id = str(response.json()["id"])
+    for document_id in [upload_text(ragkb, kb_id, text) for text in HANDBOOK]:
+        assert ragkb.wait_document(kb_id, document_id)["status"] == "done"
+    for question, expected in ON_TOPIC.items():
+        found = ragkb.search(question, [kb_id])
+        assert found and found[0]["text"] == HANDBOOK[expected], (question, found)
+    for question in OFF_TOPIC:
+        body = {"query": question, "knowledge_base_ids": [kb_id], "explain": True}
+        answered = ragkb.client.post("/v1/search", json=body).json()
+        assert answered["results"] == [], (question, answered["results"])
+        assert {drop["stage"] for drop in answered["dropped"]} == {"relevance"}
+        # Without the floor every passage answers, each with a relevance under it.
+        unfloored = ragkb.client.post("/v1/search", json={**body, "settings": {"min_relevance": 0}}).json()
+        assert unfloored["results"] and all(hit["relevance"] < COVERAGE_MIN_RELEVANCE for hit in unfloored["results"])
+    # A tune computes the same cuts: the legs carry each candidate's keyword coverage.
+    settings = KbRetrieval.model_validate(ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()["retrieval"])
+    questions = [*ON_TOPIC, *OFF_TOPIC]
+    found = legs_of(ragkb, kb_id, questions, depth=settings.top_k * settings.candidate_multiplier, retrieval=settings)
+    assert found["calibration"] == PACKAGED_E5_COVERAGE_RELEVANCE.model_dump()
+    shape = AnswerShape(top_k=settings.top_k, max_blocks=settings.max_blocks, min_relevance=settings.min_relevance)
+    for question, legs in zip(questions, found["legs"], strict=True):
+        assert all(candidate["coverage"] is not None for candidate in legs["dense"] + legs["keyword"])
+        body = {"query": question, "knowledge_base_ids": [kb_id]}
+        served = [
+            (hit["chunk_id"], hit["score"]) for hit in ragkb.client.post("/v1/search", json=body).json()["results"]
+        ]
+        computed = answer(
+            QueryLegs.model_validate(legs), FusionSettings.of(settings), shape, PACKAGED_E5_COVERAGE_RELEVANCE
+        )
+        assert same_up_to_ties(served, [hit.chunk_id for hit in computed]), (question, served, computed)

@@ -123,10 +123,12 @@ def test_the_answer_computed_from_the_legs_is_what_the_search_answers(
 
 
 def median_best_relevance(ragkb: RunningRagkb, kb_id: str, texts: list[str]) -> float:
-    # The question's own cosines (without feedback the dense leg's scores are those).
+    # The question's own cosines (without feedback the dense leg's scores are those) and keyword coverages.
     found = legs_of(ragkb, kb_id, texts, depth=1, retrieval=KbRetrieval(feedback_passages=0))
     calibration = RelevanceCalibration.model_validate(found["calibration"])
-    best = sorted(relevance(legs["dense"][0]["score"], calibration) for legs in found["legs"])
+    best = sorted(
+        relevance(legs["dense"][0]["score"], calibration, legs["dense"][0]["coverage"]) for legs in found["legs"]
+    )
     return round((best[len(best) // 2 - 1] + best[len(best) // 2]) / 2, 6)
 
 

@@ -722,3 +722,34 @@ def test_another_documents_or_versions_chunks_never_show(both: tuple[EdgeIndex, 
         assert read_document_chunks(index, doc.kb_id, doc.document_id, 2, offset=0, limit=50).total == 0
         other_kb = next(kb_id for kb_id in KBS if kb_id != doc.kb_id)
         assert read_document_chunks(index, other_kb, doc.document_id, 1, offset=0, limit=50).chunks == []
+
+
+@pytest.mark.parametrize("engine", ["edge", "server"])
+def test_term_idfs_are_the_keyword_legs_idf_and_absent_terms_get_the_highest(
+    engine: str, request: pytest.FixtureRequest
+) -> None:
+    """The relevance's keyword coverage weighs a question's terms by the IDF its KB's keyword leg uses: read off
+    the engine (port.term_idf), equal to the oracle's; a term no point of the KB holds gets the IDF of df 0."""
+    index: VectorIndex = request.getfixturevalue(engine)
+    _load(index)
+    kb_id = KBS[0]
+    points = _live_points(CORPUS, kb_id)
+    expected = _idf(points)
+    absent = VOCABULARY + 7
+    found = index.term_idfs(kb_id, [*expected, absent])
+    assert set(found) == {*expected, absent}
+    for term, value in expected.items():
+        assert found[term] == pytest.approx(value, rel=1e-4), term
+    assert found[absent] == pytest.approx(math.log(1 + (len(points) + 0.5) / 0.5), rel=1e-6)
+    assert found[absent] > max(expected.values())
+    assert index.term_idfs(kb_id, []) == {}
+
+
+@pytest.mark.parametrize("engine", ["edge", "server"])
+def test_sparse_term_ids_are_each_points_keyword_terms(engine: str, request: pytest.FixtureRequest) -> None:
+    index: VectorIndex = request.getfixturevalue(engine)
+    _load(index)
+    points = _live_points(CORPUS, KBS[1])[:5]
+    found = index.sparse_term_ids(KBS[1], [point.id for point in points] + [ids.point_id(KBS[1], "gone", 1, 0)])
+    assert found == {point.id: set(point.sparse.indices) for point in points}
+    assert index.sparse_term_ids(KBS[1], []) == {}

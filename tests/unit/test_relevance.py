@@ -1,10 +1,11 @@
-"""A passage's 0–1 relevance: the calibrated logistic of its dense cosine, the model's calibration by default."""
+"""A passage's 0–1 relevance: the calibrated logistic of its dense cosine and the question's keyword coverage of it,
+the model's calibration by default."""
 
 from __future__ import annotations
 
 import pytest
 
-from ragkb_core.fusion import relevance
+from ragkb_core.fusion import keyword_coverage, relevance
 from ragkb_core.kb_settings import DEFAULT_MIN_RELEVANCE, PACKAGED_E5_RELEVANCE, KbRetrieval, RelevanceCalibration
 from ragkb_core.settings import PACKAGED_E5_MODEL, EmbeddingModelSpec, EmbeddingSettings
 
@@ -35,3 +36,27 @@ def test_the_floor_is_a_retrieval_setting_with_a_documented_default() -> None:
     assert KbRetrieval(min_relevance=0.3).min_relevance == 0.3
     with pytest.raises(ValueError):
         KbRetrieval(min_relevance=1.5)
+
+
+def test_keyword_coverage_weighs_the_questions_terms_by_idf() -> None:
+    idfs = {1: 4.0, 2: 1.0, 3: 5.0}
+    assert keyword_coverage([1, 2, 3], {1, 2, 3, 9}, idfs) == 1.0
+    assert keyword_coverage([1, 2, 3], {9}, idfs) == 0.0
+    # The rare term found counts for more than the common one.
+    assert keyword_coverage([1, 2, 3], {3}, idfs) == pytest.approx(0.5)
+    assert keyword_coverage([1, 2, 3], {2}, idfs) == pytest.approx(0.1)
+    # A question term repeated counts once; a question without terms covers nothing.
+    assert keyword_coverage([1, 1, 2], {1}, idfs) == pytest.approx(0.8)
+    assert keyword_coverage([], {1}, idfs) == 0.0
+
+
+def test_coverage_moves_the_relevance_around_its_neutral_value_and_unknown_counts_as_neutral() -> None:
+    calibration = RelevanceCalibration(midpoint=0.8, steepness=40, coverage_weight=0.1, coverage_neutral=0.4)
+    assert relevance(0.8, calibration, 0.4) == pytest.approx(0.5)
+    assert relevance(0.8, calibration, None) == pytest.approx(0.5)
+    assert relevance(0.8, calibration, 1.0) == pytest.approx(relevance(0.86, calibration, 0.4))
+    assert relevance(0.8, calibration, 0.0) < 0.5 < relevance(0.8, calibration, 0.9)
+    # Without a coverage weight the relevance is the cosine's alone, whatever the coverage.
+    assert relevance(0.83, CALIBRATION, 0.0) == relevance(0.83, CALIBRATION, 1.0) == relevance(0.83, CALIBRATION)
+    with pytest.raises(ValueError):
+        RelevanceCalibration(midpoint=0.8, steepness=40, coverage_weight=1.5)

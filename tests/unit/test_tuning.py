@@ -79,6 +79,25 @@ def test_an_answer_keeps_one_passage_per_text_and_drops_what_is_under_the_floor(
     assert [h.chunk_id for h in without_floor] == ["a", "k", "c"]
 
 
+def test_the_floor_reads_each_candidates_keyword_coverage_where_the_calibration_weighs_it() -> None:
+    """A tune cuts where the search cuts: the legs carry the question's keyword coverage of every candidate."""
+    covered = hit("k", 5.0).model_copy(update={"coverage": 1.0})
+    legs = QueryLegs(
+        dense=[hit("a", 0.82).model_copy(update={"coverage": 0.0}), hit("c", 0.5).model_copy(update={"coverage": 0.0})],
+        keyword=[covered],
+    )
+    calibration = RelevanceCalibration(midpoint=0.8, steepness=40, coverage_weight=0.5, coverage_neutral=0.5)
+    shape = AnswerShape(top_k=4, max_blocks=4, min_relevance=0.5)
+    # a's cosine is over the midpoint but its question shares no word with it; k (keyword only, the dense leg's
+    # lowest cosine 0.5) holds every word of the question: 0.5 + 0.5 × (1 − 0.5) = 0.75, still under 0.8.
+    assert [h.chunk_id for h in answer(legs, DBSF, shape, calibration)] == []
+    assert [h.chunk_id for h in answer(legs, DBSF, shape, calibration.model_copy(update={"coverage_weight": 0.0}))] == [
+        "a"
+    ]
+    generous = calibration.model_copy(update={"coverage_weight": 1.0})
+    assert [h.chunk_id for h in answer(legs, DBSF, shape, generous)] == ["k"]
+
+
 def test_a_leg_of_weight_zero_or_a_semantic_kb_answers_the_dense_leg_cut_to_top_k() -> None:
     dense_only = FusionSettings("dbsf", 60, 1.0, 0.0, 2)
     assert [h.chunk_id for h in answer(LEGS, dense_only, SHAPE, None)] == ["a", "b", "c"]

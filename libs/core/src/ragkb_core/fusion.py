@@ -10,7 +10,8 @@ setting reads (the retriever's legs endpoint), and computes every setting's answ
    weight), or the one leg that ran, cut to `top_k`;
 3. the assembly's cuts that apply without a reranker and without quotas (ragkb_retriever.assembly): the same
    text twice kept once, a passage under the KB's `min_relevance` floor dropped (its relevance from its dense
-   cosine, or the dense leg's lowest when only the keyword leg found it), then `max_blocks`.
+   cosine, or the dense leg's lowest when only the keyword leg found it, and the question's keyword coverage of
+   it, which the legs endpoint computes for every candidate), then `max_blocks`.
 
 Equal fused scores are ordered by chunk id here; the engine orders them its own way, so two answers agree up to
 the order of passages with equal scores (tests/e2e/test_tune.py holds the search to it)."""
@@ -19,7 +20,7 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated
 
@@ -42,6 +43,8 @@ class LegCandidate(BaseModel):
     score: float
     # A digest of the passage's text with whitespace collapsed: the assembly keeps one passage per text.
     text_key: str
+    # The question's keyword coverage of the passage (keyword_coverage), for its relevance; None: unknown.
+    coverage: float | None = None
 
 
 class QueryLegs(BaseModel):
@@ -103,10 +106,24 @@ class AnswerShape(BaseModel):
     hybrid: bool = True
 
 
-def relevance(cosine: float, calibration: RelevanceCalibration) -> float:
-    """A dense cosine as a 0–1 relevance: the calibration's logistic (RelevanceCalibration)."""
-    exponent = -calibration.steepness * (cosine - calibration.midpoint)
+def relevance(cosine: float, calibration: RelevanceCalibration, coverage: float | None = None) -> float:
+    """A dense cosine and the question's keyword coverage of the passage (None: unknown, counted as neutral) as
+    a 0–1 relevance: the calibration's logistic (RelevanceCalibration)."""
+    evidence = 0.0 if coverage is None else calibration.coverage_weight * (coverage - calibration.coverage_neutral)
+    exponent = -calibration.steepness * (cosine + evidence - calibration.midpoint)
     return 1.0 / (1.0 + math.exp(min(exponent, 700.0)))
+
+
+def keyword_coverage(query_terms: Iterable[int], passage_terms: Container[int], idfs: Mapping[int, float]) -> float:
+    """The share of the question's keyword terms (ids) that the passage holds, each weighed by its IDF in the
+    KB (a term the KB lacks has the highest): 0–1, 0 for a question without terms. Why: multilingual-e5 gives
+    any question in the KB's language a cosine near its answers', so the cosine alone cannot tell "nothing
+    relevant"; a question about something absent shares its rare words with no passage (bench/relevance.py)."""
+    weights = {term: idfs.get(term, 0.0) for term in query_terms}
+    total = sum(weights.values())
+    if total <= 0:
+        return 0.0
+    return sum(weight for term, weight in weights.items() if term in passage_terms) / total
 
 
 def distribution_normalised(scores: Sequence[float]) -> list[float]:
@@ -173,17 +190,19 @@ def assembled(
         if hit.text_key in seen_texts:
             continue
         seen_texts.add(hit.text_key)
-        if _under_floor(cosines.get(hit.chunk_id, lowest_cosine), calibration, shape.min_relevance):
+        if _under_floor(cosines.get(hit.chunk_id, lowest_cosine), hit.coverage, calibration, shape.min_relevance):
             continue
         kept.append(hit)
     return kept[: shape.max_blocks]
 
 
-def _under_floor(cosine: float | None, calibration: RelevanceCalibration | None, floor: float) -> bool:
+def _under_floor(
+    cosine: float | None, coverage: float | None, calibration: RelevanceCalibration | None, floor: float
+) -> bool:
     """A passage without a relevance passes; the relevance is rounded as the search rounds it."""
     if calibration is None or cosine is None:
         return False
-    return round(relevance(cosine, calibration), 6) < floor
+    return round(relevance(cosine, calibration, coverage), 6) < floor
 
 
 def same_up_to_ties(served: Sequence[tuple[str, float]], computed: Sequence[str]) -> bool:

@@ -158,11 +158,31 @@ class RelevanceCalibration(BaseModel):
 
     midpoint: float = Field(ge=-1, le=1)
     steepness: float = Field(gt=0, le=1000)
+    # The question's keyword evidence in the passage (ragkb_core.fusion.keyword_coverage: the IDF-weighted share
+    # of the question's terms the passage holds, 0–1), added to the cosine with this weight, around `coverage_neutral`:
+    # 1 / (1 + exp(−steepness × (cosine + coverage_weight × (coverage − coverage_neutral) − midpoint))). A passage whose
+    # coverage is unknown (an external store's) counts as neutral, so 0 (the default) is the cosine alone.
+    coverage_weight: float = Field(default=0.0, ge=0, le=1)
+    coverage_neutral: float = Field(default=0.0, ge=0, le=1)
 
 
 # multilingual-e5-small's: P(relevant | cosine) over each question's 100 nearest passages, fitted on SciFact train
 # and JSQuAD dev pooled, each weighing the same (bench/relevance.py: midpoint 0.9078, steepness 83.0).
 PACKAGED_E5_RELEVANCE = RelevanceCalibration(midpoint=0.9078, steepness=83.0)
+# The same model's with the question's keyword coverage, and the floor to pair it with, for a KB whose questions
+# use its documents' words and must hear "nothing relevant" (set both: `relevance_calibration`, `min_relevance`).
+# bench/relevance.py: the logistic fitted on SciFact train and JSQuAD dev answers, the coverage weight chosen on
+# half of the out-of-domain questions; the floor is the highest whose recall@10 loss stays under 0.005 on both
+# (0.0025 and 0.0045; held out, each collection's floor chosen on the other, 0.0062 and 0.0047). It leaves 93–100 %
+# of the out-of-domain questions (English and Japanese, in both KBs) without a passage, where a cosine floor
+# leaves 67 % of English ones in an English KB and 30 % of Japanese ones in a Japanese KB. Not the default: a
+# question sharing no word with its answer loses it (`--paraphrases`: 7 of 12 paraphrases of a small handbook and
+# 0 of 5 cross-language questions kept, against 12 and 4 with the cosine floor), and ragkb's KBs are asked across
+# Japanese and English.
+PACKAGED_E5_COVERAGE_RELEVANCE = RelevanceCalibration(
+    midpoint=0.9377, steepness=42.24, coverage_weight=0.125, coverage_neutral=0.2688
+)
+COVERAGE_MIN_RELEVANCE = 0.008489
 MAX_RERANK_BUDGET_MS = 60_000
 
 

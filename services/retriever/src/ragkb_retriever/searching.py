@@ -11,7 +11,7 @@ import hashlib
 import math
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,6 +41,7 @@ from ragkb_core.fusion import LegCandidate, LegsQuery, LegsResult, QueryLegs, re
 from ragkb_core.kb_settings import KbAnalyzer, RelevanceCalibration
 from ragkb_models.cross_encoder import blend_scores, passage_for_reranking
 from ragkb_retriever.assembly import Candidate, assemble
+from ragkb_retriever.coverage import KeywordCoverage
 from ragkb_retriever.external import ExternalSearch, needs_query_vector
 from ragkb_retriever.external.passages import source_link
 from ragkb_retriever.feedback import moved_query
@@ -132,6 +133,7 @@ class SearchService:
         # `is None`, not `or`: an empty cache has a length of 0 and is falsy, so `or` replaced the composition
         # root's cache with one that keeps nothing, and no question was ever served from it.
         self._query_vectors = query_vectors if query_vectors is not None else QueryVectorCache(0)
+        self._coverage = KeywordCoverage(index)
         self._pool = ThreadPoolExecutor(max_workers=MAX_PARALLEL_SEARCHES, thread_name_prefix="kb-search")
 
     def search(self, query: SearchQuery) -> SearchResult:
@@ -212,14 +214,26 @@ class SearchService:
         with watch.stage("embed", runs=bool(models)):
             # One vector per distinct model, in a fixed order: KBs of one model share it.
             dense = {model: self._query_vector(model, text) for model in sorted(models, key=str)}
-        with watch.stage("analyze", runs=any(part.mode != "semantic" for part in parts)):
+        analyzed = [part for part in parts if needs_query_vector(part.kb) and self._needs_terms(part)]
+        with watch.stage("analyze", runs=bool(analyzed)):
             sparse: dict[str, SparseTerms] = {}
-            for part in parts:
-                if part.mode != "semantic" and needs_query_vector(part.kb):
-                    encoder = self._bm25_for(part.kb.analyzer)
-                    if encoder.version not in sparse:
-                        sparse[encoder.version] = encoder.encode_query(text)
+            for part in analyzed:
+                encoder = self._bm25_for(part.kb.analyzer)
+                if encoder.version not in sparse:
+                    sparse[encoder.version] = encoder.encode_query(text)
         return QueryVectors(dense_by_model=dense, sparse_by_analyzer=sparse)
+
+    def _needs_terms(self, part: KbPart) -> bool:
+        """Whether the question's keyword terms are needed: for the keyword leg, or (a semantic search too) for
+        the passages' relevance when the KB's calibration weighs the question's keyword coverage."""
+        if part.mode != "semantic":
+            return True
+        calibration = self._calibration(part.kb)
+        return calibration is not None and calibration.coverage_weight > 0
+
+    def _calibration(self, kb: KbSearch) -> RelevanceCalibration | None:
+        """How the KB's passages get their relevance: its own calibration, else its embedding model's."""
+        return kb.retrieval.relevance_calibration or self._calibration_for(kb.embedding_model)
 
     def _query_vector(self, model: str | None, text: str) -> list[float]:
         return self._query_vectors.get_or_embed(model, text, lambda: self._encoder_for(model).embed_query(text))
@@ -253,12 +267,26 @@ class SearchService:
             # Measured (bench/feedback.py) and so applied on hybrid searches only: both legs ran.
             if dense is not None and sparse is not None and sparse.indices and retrieval.feeds_back and legs.fused:
                 legs, as_asked = self._second_pass(part, dense, sparse, legs, explain=explain)
-            calibration = retrieval.relevance_calibration or self._calibration_for(part.kb.embedding_model)
-            return _annotated_hits(part.kb, legs, calibration, as_asked), legs
+            calibration = self._calibration(part.kb)
+            terms = vectors.sparse_by_analyzer.get(self._bm25_for(part.kb.analyzer).version)
+            coverage = self._coverages(part.kb, terms, legs.fused if legs.dense else [], calibration)
+            return _annotated_hits(part.kb, legs, calibration, as_asked, coverage), legs
 
         if len(parts) == 1:
             return [one_part(parts[0])], unreachable
         return list(self._pool.map(one_part, parts)), unreachable
+
+    def _coverages(
+        self,
+        kb: KbSearch,
+        terms: SparseTerms | None,
+        hits: Sequence[IndexHit],
+        calibration: RelevanceCalibration | None,
+    ) -> dict[str, float]:
+        """The question's keyword coverage of each hit, where the KB's relevance weighs it (else none)."""
+        if calibration is None or calibration.coverage_weight == 0 or terms is None or not hits:
+            return {}
+        return self._coverage.of(kb.kb_id, kb.generation, terms.indices, [hit.id for hit in hits])
 
     def _engine_search(
         self,
@@ -323,7 +351,7 @@ class SearchService:
         embeds = needs_query_vector(part.kb)
         calibration = None
         if embeds:
-            calibration = part.kb.retrieval.relevance_calibration or self._calibration_for(part.kb.embedding_model)
+            calibration = self._calibration(part.kb)
         hits = _annotated_hits(part.kb, legs, calibration)
         for hit in hits:
             hit.original_url = source_link(hit.source_id)
@@ -385,9 +413,13 @@ class SearchService:
                 generation=kb.generation,
                 leg_payloads=True,
             )
-            return QueryLegs(dense=leg_candidates(found.dense), keyword=leg_candidates(found.keyword))
+            everyone = [*found.dense, *found.keyword]
+            coverage = self._coverages(kb, sparse, everyone if found.dense else [], calibration)
+            return QueryLegs(
+                dense=leg_candidates(found.dense, coverage), keyword=leg_candidates(found.keyword, coverage)
+            )
 
-        calibration = kb.retrieval.relevance_calibration or self._calibration_for(kb.embedding_model)
+        calibration = self._calibration(kb)
         return LegsResult(legs=list(self._pool.map(one_question, query.queries)), calibration=calibration)
 
     # -- analysis ----------------------------------------------------------------------------------
@@ -454,10 +486,15 @@ def cosine(a: Sequence[float], b: Sequence[float]) -> float:
 
 
 def _annotated_hits(
-    kb: KbSearch, legs: LegResults, calibration: RelevanceCalibration | None, as_asked: AsAsked | None = None
+    kb: KbSearch,
+    legs: LegResults,
+    calibration: RelevanceCalibration | None,
+    as_asked: AsAsked | None = None,
+    coverage: Mapping[str, float] | None = None,
 ) -> list[SearchHit]:
     """Fused hits with their fused rank, the rank and score each had in the dense and keyword legs, and their
-    relevance."""
+    relevance (from the cosine and the question's keyword `coverage` of the hit, where known)."""
+    coverage = coverage or {}
     dense_ranks = _ranks(legs.dense)
     keyword_ranks = _ranks(legs.keyword)
     # A passage only the keyword leg found is at most as close to the question as the dense leg's last.
@@ -472,19 +509,22 @@ def _annotated_hits(
         if as_asked is not None:
             cosine = as_asked.cosines.get(found.id, lowest_cosine)
         if calibration is not None and cosine is not None:
-            hit.relevance = round(relevance(cosine, calibration), 6)
+            hit.relevance = round(relevance(cosine, calibration, coverage.get(found.id)), 6)
         hits.append(hit)
     return hits
 
 
-def leg_candidates(hits: Sequence[IndexHit]) -> list[LegCandidate]:
-    """A leg's hits as a tune reads them: id, document, score and a digest of the text."""
+def leg_candidates(hits: Sequence[IndexHit], coverage: Mapping[str, float] | None = None) -> list[LegCandidate]:
+    """A leg's hits as a tune reads them: id, document, score, a digest of the text and the question's keyword
+    coverage of it (where the relevance weighs it)."""
+    coverage = coverage or {}
     return [
         LegCandidate(
             chunk_id=hit.id,
             source_id=hit.payload["source_id"],
             score=hit.score,
             text_key=_text_key(hit.payload.get("text", "")),
+            coverage=coverage.get(hit.id),
         )
         for hit in hits
     ]

@@ -86,6 +86,7 @@ from ragkb_retriever.index.port import (
     plan_legs,
     refuse_layout_on_edge,
     rrf_weights,
+    term_idf,
     with_payloads,
     wrong_dimension,
 )
@@ -286,6 +287,39 @@ class EdgeIndex:
             records = shard.retrieve(list(point_ids), with_payload=False, with_vector=[DENSE_VECTOR])
         points = [_index_point(str(r.id), r.vector, None) for r in records]
         return {point.id: point.dense for point in points if point.dense}
+
+    def sparse_term_ids(
+        self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
+    ) -> dict[str, set[int]]:
+        if not point_ids:
+            return {}
+        with self._shard(kb_id, generation) as (_, shard):
+            records = shard.retrieve(list(point_ids), with_payload=False, with_vector=[SPARSE_VECTOR])
+        points = (_index_point(str(r.id), r.vector, None) for r in records)
+        return {point.id: set(point.sparse.indices) for point in points}
+
+    def term_idfs(self, kb_id: str, term_ids: Sequence[int], *, generation: int | None = None) -> dict[int, float]:
+        terms = sorted(set(term_ids))
+        if not terms:
+            return {}
+        corpus = _edge_filter(filters.kb_filter(kb_id))
+        params = SearchParams(idf=IdfParams(corpus=corpus))
+        requests = [
+            QueryRequest(
+                limit=1,
+                query=Query.Nearest(SparseVector([term], [1.0]), using=SPARSE_VECTOR),
+                filter=corpus,
+                params=params,
+                with_payload=False,
+                with_vector=[SPARSE_VECTOR],
+            )
+            for term in terms
+        ]
+        with self._shard(kb_id, generation) as (_, shard):
+            batch = shard.query_batch(QueryBatchRequest(requests))
+            size = shard.count(CountRequest(exact=True, filter=corpus))
+        tops = [_top_term_weights(points) for points in batch]
+        return {term: term_idf(term, top, size) for term, top in zip(terms, tops, strict=True)}
 
     def scroll(
         self, kb_id: str, spec: filters.FilterSpec, limit: int, *, generation: int | None = None
@@ -584,6 +618,14 @@ def _edge_condition(match: filters.FieldMatch) -> FieldCondition:
     if len(match.values) == 1:
         return FieldCondition(match.field, match=MatchValue(match.values[0]))
     return FieldCondition(match.field, match=MatchAny(match.value_list()))
+
+
+def _top_term_weights(points: Sequence[ScoredPoint]) -> tuple[float, dict[int, float]] | None:
+    """The best point of a one-term search: its score and its sparse vector as {term id: weight}."""
+    if not points:
+        return None
+    sparse = _index_point(str(points[0].id), points[0].vector, None).sparse
+    return points[0].score, dict(zip(sparse.indices, sparse.values, strict=True))
 
 
 def _hit(point: ScoredPoint) -> IndexHit:

@@ -25,6 +25,7 @@ its weight (`weighted_dbsf`); unweighted DBSF stays the engine's own.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -77,6 +78,18 @@ class GenerationInfo:
 
     live: int
     all: list[int]
+
+
+def term_idf(term_id: int, top: tuple[float, dict[int, float]] | None, corpus_size: int) -> float:
+    """A term's IDF, read off the engine: no engine tells a term's document frequency, so each term is searched
+    alone (query weight 1), and its best point's score is IDF × the point's own weight of the term (`top`: that
+    score and the point's sparse vector). A term no point holds gets Qdrant's IDF for a document frequency of 0,
+    ln(1 + (N + 0.5) / 0.5)."""
+    if top is not None:
+        score, weights = top
+        if weights.get(term_id, 0.0) > 0:
+            return score / weights[term_id]
+    return math.log(1 + (corpus_size + 0.5) / 0.5)
 
 
 def no_results() -> LegResults:
@@ -160,6 +173,16 @@ class VectorIndex(Protocol):
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
     ) -> dict[str, list[float]]:
         """The dense vectors of these points by id (a point that no longer exists is left out)."""
+        ...
+
+    def sparse_term_ids(
+        self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
+    ) -> dict[str, set[int]]:
+        """The keyword term ids each of these points holds, by id (a point that no longer exists is left out)."""
+        ...
+
+    def term_idfs(self, kb_id: str, term_ids: Sequence[int], *, generation: int | None = None) -> dict[int, float]:
+        """Each term's IDF in the KB's keyword index, as its keyword leg weighs it (`term_idf`)."""
         ...
 
     def scroll(self, kb_id: str, spec: FilterSpec, limit: int, *, generation: int | None = None) -> list[IndexHit]:

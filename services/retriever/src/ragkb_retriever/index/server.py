@@ -47,6 +47,7 @@ from ragkb_retriever.index.port import (
     no_results,
     plan_legs,
     rrf_weights,
+    term_idf,
     with_payloads,
     wrong_dimension,
 )
@@ -214,6 +215,45 @@ class ServerIndex:
         found = {str(r.id): r.vector.get(DENSE_VECTOR) for r in records if isinstance(r.vector, dict)}
         # A dense vector is a list of floats (a multivector would be a list of lists; this collection has none).
         return {point: cast("list[float]", vector) for point, vector in found.items() if isinstance(vector, list)}
+
+    def sparse_term_ids(
+        self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
+    ) -> dict[str, set[int]]:
+        if not point_ids:
+            return {}
+        with self._on_kb(kb_id, generation):
+            records = self._client.retrieve(
+                _collection(kb_id, generation), ids=list(point_ids), with_payload=False, with_vectors=[SPARSE_VECTOR]
+            )
+        return {str(r.id): set(_sparse_weights(r.vector)) for r in records}
+
+    def term_idfs(self, kb_id: str, term_ids: Sequence[int], *, generation: int | None = None) -> dict[int, float]:
+        terms = sorted(set(term_ids))
+        if not terms:
+            return {}
+        corpus = qdrant_filter(filters.kb_filter(kb_id))
+        params = qm.SearchParams(idf=qm.IdfCorpusParams(corpus=corpus))
+        requests = [
+            qm.QueryRequest(
+                query=qm.NearestQuery(nearest=qm.SparseVector(indices=[term], values=[1.0])),
+                using=SPARSE_VECTOR,
+                filter=corpus,
+                params=params,
+                limit=1,
+                with_payload=False,
+                with_vector=[SPARSE_VECTOR],
+            )
+            for term in terms
+        ]
+        collection = _collection(kb_id, generation)
+        with self._on_kb(kb_id, generation):
+            batch = self._client.query_batch_points(collection, requests=requests)
+            size = self._client.count(collection, count_filter=corpus, exact=True).count
+        tops = [
+            (response.points[0].score, _sparse_weights(response.points[0].vector)) if response.points else None
+            for response in batch
+        ]
+        return {term: term_idf(term, top, size) for term, top in zip(terms, tops, strict=True)}
 
     def scroll(
         self, kb_id: str, spec: filters.FilterSpec, limit: int, *, generation: int | None = None
@@ -470,6 +510,14 @@ def _condition(match: filters.FieldMatch) -> qm.FieldCondition:
     if len(match.values) == 1:
         return qm.FieldCondition(key=match.field, match=qm.MatchValue(value=match.values[0]))
     return qm.FieldCondition(key=match.field, match=qm.MatchAny(any=match.value_list()))
+
+
+def _sparse_weights(vectors: Any) -> dict[int, float]:
+    """A record's keyword vector as {term id: weight} (empty when it has none or it was not asked for)."""
+    sparse = vectors.get(SPARSE_VECTOR) if isinstance(vectors, dict) else None
+    if not isinstance(sparse, qm.SparseVector):
+        return {}
+    return dict(zip(sparse.indices, sparse.values, strict=True))
 
 
 def _hit(point: qm.ScoredPoint) -> IndexHit:
