@@ -281,22 +281,24 @@ class EdgeIndex:
     def dense_vectors(
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
     ) -> dict[str, list[float]]:
-        if not point_ids:
-            return {}
-        with self._shard(kb_id, generation) as (_, shard):
-            records = shard.retrieve(list(point_ids), with_payload=False, with_vector=[DENSE_VECTOR])
-        points = [_index_point(str(r.id), r.vector, None) for r in records]
+        points = self._points_with(kb_id, point_ids, DENSE_VECTOR, generation)
         return {point.id: point.dense for point in points if point.dense}
 
     def sparse_term_ids(
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
     ) -> dict[str, set[int]]:
-        if not point_ids:
-            return {}
-        with self._shard(kb_id, generation) as (_, shard):
-            records = shard.retrieve(list(point_ids), with_payload=False, with_vector=[SPARSE_VECTOR])
-        points = (_index_point(str(r.id), r.vector, None) for r in records)
+        points = self._points_with(kb_id, point_ids, SPARSE_VECTOR, generation)
         return {point.id: set(point.sparse.indices) for point in points}
+
+    def _points_with(
+        self, kb_id: str, point_ids: Sequence[str], vector: str, generation: int | None
+    ) -> list[IndexPoint]:
+        """These points with only the named vector (the other one empty); points that no longer exist left out."""
+        if not point_ids:
+            return []
+        with self._shard(kb_id, generation) as (_, shard):
+            records = shard.retrieve(list(point_ids), with_payload=False, with_vector=[vector])
+        return [_index_point(str(r.id), r.vector, None) for r in records]
 
     def term_idfs(self, kb_id: str, term_ids: Sequence[int], *, generation: int | None = None) -> dict[int, float]:
         terms = sorted(set(term_ids))

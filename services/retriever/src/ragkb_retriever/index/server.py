@@ -206,12 +206,7 @@ class ServerIndex:
     def dense_vectors(
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
     ) -> dict[str, list[float]]:
-        if not point_ids:
-            return {}
-        with self._on_kb(kb_id, generation):
-            records = self._client.retrieve(
-                _collection(kb_id, generation), ids=list(point_ids), with_payload=False, with_vectors=[DENSE_VECTOR]
-            )
+        records = self._records_with(kb_id, point_ids, DENSE_VECTOR, generation)
         found = {str(r.id): r.vector.get(DENSE_VECTOR) for r in records if isinstance(r.vector, dict)}
         # A dense vector is a list of floats (a multivector would be a list of lists; this collection has none).
         return {point: cast("list[float]", vector) for point, vector in found.items() if isinstance(vector, list)}
@@ -219,13 +214,19 @@ class ServerIndex:
     def sparse_term_ids(
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
     ) -> dict[str, set[int]]:
-        if not point_ids:
-            return {}
-        with self._on_kb(kb_id, generation):
-            records = self._client.retrieve(
-                _collection(kb_id, generation), ids=list(point_ids), with_payload=False, with_vectors=[SPARSE_VECTOR]
-            )
+        records = self._records_with(kb_id, point_ids, SPARSE_VECTOR, generation)
         return {str(r.id): set(_sparse_weights(r.vector)) for r in records}
+
+    def _records_with(
+        self, kb_id: str, point_ids: Sequence[str], vector: str, generation: int | None
+    ) -> list[qm.Record]:
+        """These points with only the named vector; points that no longer exist left out."""
+        if not point_ids:
+            return []
+        with self._on_kb(kb_id, generation):
+            return self._client.retrieve(
+                _collection(kb_id, generation), ids=list(point_ids), with_payload=False, with_vectors=[vector]
+            )
 
     def term_idfs(self, kb_id: str, term_ids: Sequence[int], *, generation: int | None = None) -> dict[int, float]:
         terms = sorted(set(term_ids))
