@@ -44,12 +44,13 @@ from typing import Any
 
 import numpy as np
 from common import REPO, read_jsonl, save_result
-from embedded import Collection, embedder, load
-from fusion import Config, build_index, keyword_encoder
+from embedded import Collection, Passage, embedder, load
+from fusion import KB, Config, build_index, keyword_encoder
 from numpy.typing import NDArray
 
 from ragkb_core.contracts import ScopeFilter
 from ragkb_core.fusion import relevance
+from ragkb_core.ids import point_id
 from ragkb_core.kb_settings import (
     COVERAGE_MIN_RELEVANCE,
     PACKAGED_E5_COVERAGE_RELEVANCE,
@@ -321,38 +322,40 @@ CROSS_LANGUAGE = {
 
 def paraphrase_check(calibration: RelevanceCalibration, floor: float) -> list[dict[str, Any]]:
     """Each question's relevant passage in the small handbook: its cosine, the question's keyword coverage of it
-    (IDF over the handbook, Qdrant's formula) and whether the floor keeps it."""
-    import math
+    (the retriever's KeywordCoverage on the handbook indexed as a KB) and whether the floor keeps it."""
     import sys
-    from collections import Counter
 
     sys.path.insert(0, str(REPO))
-    from ragkb_core.fusion import keyword_coverage
     from tests.e2e.test_tune import DOCS, QUERIES
 
+    questions = {**QUERIES, **CROSS_LANGUAGE}
+    handbook = Collection(
+        name="handbook",
+        split="test",
+        passages=[Passage(doc, 0, title, text, f"{title}\n{text}") for doc, (title, text) in DOCS.items()],
+        queries=[{"_id": question, "text": text} for question, (text, _) in questions.items()],
+        qrels={question: judged for question, (_, judged) in questions.items()},
+        passage_vectors=np.array(embedder().embed_passages([f"{t}\n{x}" for t, x in DOCS.values()]), dtype=np.float32),
+        query_vectors=np.array([embedder().embed_query(text) for text, _ in questions.values()], dtype=np.float32),
+    )
     encoder = keyword_encoder(Config("v2", 1, "dbsf", 1.0, 0, DEPTH))
-    ids = list(DOCS)
-    vectors = embedder().embed_passages([f"{title}\n{text}" for title, text in DOCS.values()])
-    terms = [set(encoder.encode_document(f"{title}\n{text}", title).indices) for title, text in DOCS.values()]
-    frequency = Counter(term for held in terms for term in held)
-
-    def idf(term: int) -> float:
-        n = frequency.get(term, 0)
-        return math.log(1 + (len(ids) - n + 0.5) / (n + 0.5))
-
+    row_of = {doc: row for row, doc in enumerate(DOCS)}
     rows = []
-    for kind, questions in (("paraphrase", QUERIES), ("cross-language", CROSS_LANGUAGE)):
-        for question, (text, judged) in questions.items():
-            query = np.array(embedder().embed_query(text))
-            asked = encoder.encode_query(text).indices
-            idfs = {term: idf(term) for term in asked}
+    with tempfile.TemporaryDirectory(prefix="ragkb-paraphrases-") as root:
+        index = build_index(Path(root), handbook, encoder, 1)
+        coverage = KeywordCoverage(index)
+        for query, vector in zip(handbook.queries, handbook.query_vectors, strict=True):
+            judged = list(handbook.qrels[query["_id"]])
+            points = [point_id(KB, doc, 1, 0) for doc in judged]
+            covered = coverage.of(KB, None, encoder.encode_query(query["text"]).indices, points)
             best = max(
-                (relevance(float(query @ np.array(vectors[ids.index(doc)])), calibration,
-                           keyword_coverage(asked, terms[ids.index(doc)], idfs)), doc)
-                for doc in judged
-            )  # fmt: skip
-            rows.append({"kind": kind, "id": question, "text": text, "document": best[1],
+                (relevance(float(vector @ handbook.passage_vectors[row_of[doc]]), calibration, covered[point]), doc)
+                for doc, point in zip(judged, points, strict=True)
+            )
+            kind = "cross-language" if query["_id"] in CROSS_LANGUAGE else "paraphrase"
+            rows.append({"kind": kind, "id": query["_id"], "text": query["text"], "document": best[1],
                          "relevance": round(best[0], 6), "kept": best[0] >= floor})  # fmt: skip
+        index.close()
     return rows
 
 
