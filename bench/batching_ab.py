@@ -7,6 +7,9 @@ raw encode rate) gives each arm's efficiency = pipeline chunks/s ÷ raw chunks/s
 bench/results/batching-ab-<corpus>.json and .md.
 
     python bench/batching_ab.py [--corpus jsquad] [--documents 400] [--arms 1 16] [--rounds 2]
+
+An arm may also carry settings of its own: `--arms 8 8:RAGKB_EMBEDDING__MAX_PADDING_SHARE=1` compares one
+setting at the same batch size (`ARM:KEY=VALUE[,KEY=VALUE]`).
 """
 
 from __future__ import annotations
@@ -27,10 +30,19 @@ from processes import stack_processes
 from ragkb_cli.stack import private_stack
 
 
-def run_arm(documents: list[dict[str, Any]], batch_documents: int, extra_env: dict[str, str]) -> dict[str, Any]:
+def parse_arm(arm: str) -> tuple[int, dict[str, str]]:
+    """`8` or `8:KEY=VALUE,KEY=VALUE`: the batch size and the arm's own settings."""
+    size, _, settings = arm.partition(":")
+    return int(size), dict(pair.split("=", 1) for pair in settings.split(",") if pair)
+
+
+def run_arm(documents: list[dict[str, Any]], arm: str, extra_env: dict[str, str]) -> dict[str, Any]:
+    batch_documents, arm_env = parse_arm(arm)
     with (
         tempfile.TemporaryDirectory(prefix="ragkb-batching-ab-") as workdir,
-        private_stack(REPO, Path(workdir), RAGKB_BATCHING__DOCUMENTS=str(batch_documents), **extra_env) as stack,
+        private_stack(
+            REPO, Path(workdir), RAGKB_BATCHING__DOCUMENTS=str(batch_documents), **(extra_env | arm_env)
+        ) as stack,
         httpx.Client(
             base_url=stack.address.api_url, headers={"Authorization": f"Bearer {stack.address.admin_key}"}, timeout=120
         ) as http,
@@ -44,6 +56,7 @@ def run_arm(documents: list[dict[str, Any]], batch_documents: int, extra_env: di
     chunks = sum(item["chunk_count"] for item in items)
     batch_sizes = [item["ingest_report"].get("batch_documents", 1) for item in items]
     return {
+        "arm": arm,
         "batch_documents": batch_documents,
         "seconds": round(seconds, 2),
         "documents_per_s": round(len(documents) / seconds, 2),
@@ -76,12 +89,12 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['corpus']}: first {result['documents']} documents, arms {result['arms']}, {result['rounds']} rounds "
         f"(alternating order); raw encode of the same chunks {raw} chunks/s",
         "",
-        "| round | batch docs | docs/s | chunks/s | efficiency | mean batch | failed | load | CPU ms per document |",
+        "| round | arm | docs/s | chunks/s | efficiency | mean batch | failed | load | CPU ms per document |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for run in result["runs"]:
         lines.append(
-            f"| {run['round']} | {run['batch_documents']} | {run['documents_per_s']} | {run['chunks_per_s']} | "
+            f"| {run['round']} | {run['arm']} | {run['documents_per_s']} | {run['chunks_per_s']} | "
             f"{run['chunks_per_s'] / raw:.2f} | {run['mean_batch']} | {run['failed']} | {run['load_average'][0]} | "
             + ", ".join(f"{role.removeprefix('ragkb_')} {ms}" for role, ms in run["cpu_ms_per_document"].items())
             + " |"
@@ -103,7 +116,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", default="jsquad")
     parser.add_argument("--documents", type=int, default=400)
-    parser.add_argument("--arms", type=int, nargs="+", default=[1, 16], help="RAGKB_BATCHING__DOCUMENTS of each arm")
+    parser.add_argument(
+        "--arms", nargs="+", default=["1", "16"], help="RAGKB_BATCHING__DOCUMENTS of each arm[:KEY=VALUE,...]"
+    )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--env", nargs="*", default=[], help="further settings of every stack, KEY=VALUE")
     args = parser.parse_args()
@@ -118,18 +133,18 @@ def main() -> None:
             runs.append(run)
     summary = {}
     for arm in args.arms:
-        own = [run for run in runs if run["batch_documents"] == arm]
+        own = [run for run in runs if run["arm"] == arm]
         ratios = [
             run["documents_per_s"]
-            / next(r for r in runs if r["round"] == run["round"] and r["batch_documents"] == args.arms[0])[
-                "documents_per_s"
-            ]
+            / next(r for r in runs if r["round"] == run["round"] and r["arm"] == args.arms[0])["documents_per_s"]
             for run in own
         ]
-        summary[str(arm)] = {
+        summary[arm] = {
             "median_documents_per_s": round(statistics.median(r["documents_per_s"] for r in own), 2),
             "ratio_to_first": round(statistics.median(ratios), 3),
-            "median_worker_cpu_ms": statistics.median(r["cpu_ms_per_document"].get("ragkb_worker", 0.0) for r in own),
+            "median_worker_cpu_ms": round(
+                statistics.median(r["cpu_ms_per_document"].get("ragkb_worker", 0.0) for r in own), 1
+            ),
         }
     result = {
         "corpus": args.corpus,

@@ -54,6 +54,7 @@ class Embedder:
         query_prefix: str,
         passage_prefix: str,
         batch_size: int,
+        max_padding_share: float,
     ) -> None:
         self._encoder = encoder
         self._tokenizer = tokenizer
@@ -62,6 +63,8 @@ class Embedder:
         self._batch_size = batch_size
         self.dimension = encoder.dimension
         self.max_seq_length = max_seq_length
+        # How much padding texts of different lengths may share a forward run with (EmbeddingSettings).
+        self.max_padding_share = max_padding_share
         # The largest count_tokens(text) of a passage that is embedded whole: the prefix and the special
         # tokens take the rest. Longer passages are truncated at max_seq_length tokens.
         self.max_passage_tokens = max_seq_length - len(tokenizer.encode(passage_prefix.rstrip()).ids)
@@ -69,7 +72,7 @@ class Embedder:
     def embed_passages(self, texts: Sequence[str]) -> NDArray[np.float32]:
         prefixed = [self._passage_prefix + text for text in texts]
         vectors = np.empty((len(prefixed), self.dimension), dtype=np.float32)
-        for run in plan_runs(self._lengths(prefixed), self._batch_size, TOKENS_PER_RUN):
+        for run in plan_runs(self._lengths(prefixed), self._batch_size, TOKENS_PER_RUN, self.max_padding_share):
             vectors[run] = self._encoder.encode([prefixed[i] for i in run])
         return vectors
 
@@ -95,17 +98,24 @@ class Embedder:
         return [min(len(e.ids), self.max_seq_length) for e in encodings]
 
 
-def plan_runs(lengths: Sequence[int], max_texts: int, max_tokens: int) -> list[list[int]]:
+def plan_runs(lengths: Sequence[int], max_texts: int, max_tokens: int, max_padding_share: float) -> list[list[int]]:
     """Group text indices into forward runs: sorted by length so padding is small, at most `max_texts`
-    texts and `max_tokens` padded tokens per run (a single longer text still gets a run of its own)."""
+    texts, `max_tokens` padded tokens and `max_padding_share` of padding per run (a single longer text still
+    gets a run of its own)."""
     runs: list[list[int]] = []
     current: list[int] = []
+    tokens = 0
     for index in sorted(range(len(lengths)), key=lambda i: lengths[i]):
         # Sorted ascending, so the newest text is the longest and sets the padded width.
-        if current and (len(current) >= max_texts or (len(current) + 1) * lengths[index] > max_tokens):
+        length = lengths[index]
+        padded = (len(current) + 1) * length
+        if current and (
+            len(current) >= max_texts or padded > max_tokens or padded - (tokens + length) > max_padding_share * padded
+        ):
             runs.append(current)
-            current = []
+            current, tokens = [], 0
         current.append(index)
+        tokens += length
     if current:
         runs.append(current)
     return runs
@@ -218,6 +228,7 @@ def _embedder(settings: EmbeddingSettings, encoder: TextEncoder, tokenizer: Toke
         query_prefix=settings.query_prefix,
         passage_prefix=settings.passage_prefix,
         batch_size=settings.batch_size,
+        max_padding_share=settings.max_padding_share,
     )
 
 
