@@ -24,28 +24,15 @@ import time
 from typing import Any
 
 import numpy as np
-from common import DATA, read_jsonl, save_result
+from common import save_result
+from embed_batching import chunked_documents
 
-from ragkb_core.kb_settings import KbChunking
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models import Embedder, load_embedder
-from ragkb_worker.chunking import Chunker
-from ragkb_worker.parsing import parse
-from ragkb_worker.pipeline import embedding_text
 
 # The planner before the bound: any padding the run's token budget allows; and the bound a server runs with.
 UNBOUNDED = 1.0
 MAX_PADDING_SHARE = EmbeddingSettings().max_padding_share
-
-
-def document_texts(embedder: Embedder, corpus: str, documents: int) -> list[list[str]]:
-    chunker = Chunker(embedder, KbChunking())
-    texts = []
-    for document in list(read_jsonl(DATA / corpus / "corpus.jsonl"))[:documents]:
-        title = document.get("title") or document["_id"]
-        chunks, _ = chunker.chunk(parse("text/plain", document["text"].encode()))
-        texts.append([embedding_text(title, chunk) for chunk in chunks])
-    return texts
 
 
 def timed(embedder: Embedder, documents: list[list[str]], group: int, share: float) -> tuple[float, float, np.ndarray]:
@@ -60,7 +47,7 @@ def timed(embedder: Embedder, documents: list[list[str]], group: int, share: flo
 
 def measure(corpus: str, threads: int, args: argparse.Namespace) -> list[dict[str, Any]]:
     embedder = load_embedder(EmbeddingSettings(threads=threads))
-    documents = document_texts(embedder, corpus, args.documents)
+    documents = chunked_documents(embedder, corpus, args.documents)
     chunks = sum(len(texts) for texts in documents)
     embedder.embed_passages(documents[0] * 4)  # warm-up
     rows = []
