@@ -121,6 +121,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--env", nargs="*", default=[], help="further settings of every stack, KEY=VALUE")
+    parser.add_argument("--label", default="", help="added to the result files' name")
     args = parser.parse_args()
     documents = list(read_jsonl(DATA / args.corpus / "corpus.jsonl"))[: args.documents]
     extra_env = dict(pair.split("=", 1) for pair in args.env)
@@ -156,7 +157,7 @@ def main() -> None:
         "summary": summary,
         "raw_encode": raw_encode_rate(documents, 1000),
     }
-    save_result(f"batching-ab-{args.corpus}", result, markdown(result))
+    save_result("-".join(filter(None, ("batching-ab", args.corpus, args.label))), result, markdown(result))
     print(markdown(result))
 
 

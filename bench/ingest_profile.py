@@ -122,14 +122,21 @@ def parent_of(pid: int) -> int:
     return int(stat.rsplit(")", 1)[1].split()[1])
 
 
-def warm_up(http: httpx.Client) -> None:
-    kb = http.post("/v1/knowledge-bases", json={"name": "warm-up"})
-    kb.raise_for_status()
-    kb_id = kb.json()["id"]
-    texts = [{"source_id": f"warm-{n}.md", "text": f"Warm-up note {n} about the cafeteria."} for n in range(8)]
-    http.post(f"/v1/knowledge-bases/{kb_id}/documents/batch", json={"documents": texts}).raise_for_status()
-    while http.get(f"/v1/knowledge-bases/{kb_id}").json()["document_counts"]["done"] < len(texts):
-        time.sleep(0.2)
+def warm_up(http: httpx.Client, knowledge_bases: int = 4) -> None:
+    """One short document in each of a few new KBs, uploaded back to back, before the timed upload, so that every
+    task process has loaded its model (each loads it on its first task), as a long-lived worker's have. One KB's
+    documents would be one queue message, one batch, one process: a batch takes companions from its own KB only."""
+    kb_ids = []
+    for n in range(knowledge_bases):
+        kb = http.post("/v1/knowledge-bases", json={"name": f"warm-up-{n}"})
+        kb.raise_for_status()
+        kb_ids.append(kb.json()["id"])
+    note = [{"source_id": "warm-up.md", "text": "A warm-up note about the cafeteria."}]
+    for kb_id in kb_ids:
+        http.post(f"/v1/knowledge-bases/{kb_id}/documents/batch", json={"documents": note}).raise_for_status()
+    for kb_id in kb_ids:
+        while http.get(f"/v1/knowledge-bases/{kb_id}").json()["document_counts"]["done"] < len(note):
+            time.sleep(0.2)
 
 
 def ingest(http: httpx.Client, documents: list[dict[str, Any]]) -> tuple[str, float, float]:

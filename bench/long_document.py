@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 import numpy as np
 from common import DATA, REPO, read_jsonl, read_qrels, save_result
+from ingest_profile import warm_up
 from processes import ProcessMemory
 from pydantic import SecretStr
 from reportlab.lib.pagesizes import A4
@@ -104,18 +105,6 @@ def run_once(label: str, pdf: Path, overrides: dict[str, str], questions: list[t
         flush=True,
     )
     return result | {"_points": points.model_dump()}
-
-
-def warm_up(http: httpx.Client) -> None:
-    """A few short documents first, so that every task process has loaded its model (each loads it on its
-    first task) before the timed upload: a long-lived worker's processes are warm."""
-    kb = http.post("/v1/knowledge-bases", json={"name": "bench-warm-up"})
-    kb.raise_for_status()
-    kb_id = kb.json()["id"]
-    texts = [{"source_id": f"warm-{n}.md", "text": f"Warm-up note {n} about the cafeteria."} for n in range(8)]
-    http.post(f"/v1/knowledge-bases/{kb_id}/documents/batch", json={"documents": texts}).raise_for_status()
-    while http.get(f"/v1/knowledge-bases/{kb_id}").json()["document_counts"]["done"] < len(texts):
-        time.sleep(POLL_S)
 
 
 def ingest(http: httpx.Client, pdf: Path) -> tuple[str, dict[str, Any], float, list[int]]:

@@ -209,7 +209,7 @@ def test_each_services_metrics_move_by_one_ingest_and_one_search(stack: RunningR
     assert moved("worker", "ragkb_chunks_ingested_total", kb_id=kb_id) == chunks
     for stage in ("parse", "chunk", "embed", "index"):
         assert moved("worker", "ragkb_ingest_stage_seconds_count", stage=stage) == 1, stage
-    assert moved("worker", "ragkb_task_duration_seconds_count", task="ragkb.ingest_document", outcome="success") == 1
+    assert moved("worker", "ragkb_task_duration_seconds_count", task="ragkb.ingest_documents", outcome="success") == 1
     assert moved("worker", "ragkb_task_queue_wait_seconds_count", queue="ingest") == 1
 
     # Bounded labels: no KB name, no query, no raw path with an id in it.

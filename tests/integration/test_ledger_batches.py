@@ -91,6 +91,42 @@ def test_two_workers_never_take_the_same_companion(ledger: DocumentLedger, sessi
     assert len(taken) == len(set(taken)) == 40
 
 
+def test_a_message_takes_its_first_pending_document_and_its_others_before_older_ones(
+    ledger: DocumentLedger, sessions: sessionmaker[Session]
+) -> None:
+    kb_id = new_kb(sessions)
+    older = pending(ledger, kb_id, 3, "older")  # handed back by another batch, say: older than the message's
+    built, first, *others = pending(ledger, kb_id, 5, "message")
+    done = ledger.claim(built)
+    assert done is not None
+    ledger.finish(done, 1, {}, {})
+
+    claim = ledger.claim_first([built, first, *others])
+
+    assert claim is not None and claim.document_id == first
+    companions = ledger.claim_companions(claim, 4, SMALL, preferred=[built, first, *others])
+    assert {c.document_id for c in companions} == {*others, older[0]}  # the message's three, then the oldest
+    assert ledger.claim_first([built, first, *others]) is None  # a copy of the message finds nothing to take
+
+
+def test_only_pending_documents_are_queued_again(ledger: DocumentLedger, sessions: sessionmaker[Session]) -> None:
+    kb_id = new_kb(sessions)
+    waiting, taken = pending(ledger, kb_id, 2)
+    assert ledger.claim(taken) is not None
+    assert set(ledger.queue_places([waiting, taken, "gone"])) == {waiting}
+
+
+def test_a_failed_document_closes_its_run_with_the_reason(
+    ledger: DocumentLedger, sessions: sessionmaker[Session]
+) -> None:
+    document_id = pending(ledger, new_kb(sessions), 1)[0]
+    claim = ledger.claim(document_id)
+    assert claim is not None
+    ledger.fail(claim, "the PDF could not be read")
+    assert status_of(sessions, document_id) == DocumentStatus.FAILED
+    assert ingest_jobs(sessions, document_id)[-1] == (JobStatus.FAILED, ["the PDF could not be read"])
+
+
 def test_a_batch_goes_live_in_one_commit_each_version_checked_alone(
     ledger: DocumentLedger, sessions: sessionmaker[Session]
 ) -> None:

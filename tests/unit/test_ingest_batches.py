@@ -1,6 +1,7 @@
-"""What an ingest task does with a batch's outcome (ragkb_worker.tasks): a failure of the batch as a whole hands
-the companions back and builds the claimed document alone; each document's own error fails it alone, or hands
-it back when transient with tries left; documents the batch did not start go back to the queue."""
+"""What an ingest task does with its message and its batch's outcome (ragkb_worker.tasks): the message's documents
+are its batch, and those it could not take go back to the queue; a failure of the batch as a whole hands the
+companions back and builds the claimed document alone; each document's own error fails it alone, or hands it
+back when transient with tries left; documents the batch did not start go back to the queue."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_store.ledger import Claim
 from ragkb_worker.pipeline import BatchOutcome, IngestOutcome
 from ragkb_worker.settings import BatchSettings
-from ragkb_worker.tasks import Ingest, hand_back, run_batch
+from ragkb_worker.tasks import Ingest, hand_back, run_batch, run_ingest
 
 
 def claim(n: int, attempt: int = 1) -> Claim:
@@ -35,10 +36,26 @@ def claim(n: int, attempt: int = 1) -> Claim:
 
 
 class Ledger:
-    def __init__(self, down: bool = False) -> None:
+    def __init__(self, down: bool = False, takable: tuple[str, ...] = ()) -> None:
         self.down = down
+        self.takable = list(takable)  # the documents a claim can take, in the database's order of companions
         self.released: list[str] = []
         self.failed: list[tuple[str, str]] = []
+        self.preferred: list[str] = []
+
+    def claim_first(self, document_ids: list[str]) -> Claim | None:
+        first = next((document_id for document_id in document_ids if document_id in self.takable), None)
+        if first is None:
+            return None
+        self.takable.remove(first)
+        return claim(int(first.removeprefix("doc-")))
+
+    def claim_companions(self, leader: Claim, limit: int, max_bytes: int, preferred: list[str]) -> list[Claim]:
+        self.preferred = preferred
+        taken = [d for d in preferred if d in self.takable] + [d for d in self.takable if d not in preferred]
+        taken = taken[:limit]
+        self.takable = [d for d in self.takable if d not in taken]
+        return [claim(int(document_id.removeprefix("doc-"))) for document_id in taken]
 
     def release_for_retry(self, claim: Claim, reason: str) -> None:
         if self.down:
@@ -105,3 +122,23 @@ def test_handing_back_with_the_database_down_leaves_the_documents_to_the_sweeper
     ledger, sent = Ledger(down=True), []
     hand_back(ingest(ledger, Pipeline(BatchOutcome()), sent), [claim(2)], "its batch failed")
     assert ledger.released == [] and sent == []
+
+
+def test_a_message_is_built_as_one_batch_and_what_it_could_not_take_is_queued_again() -> None:
+    # doc-1 was built by another batch; doc-9 is not takable as a companion (too large); doc-7 waits elsewhere.
+    ledger = Ledger(takable=("doc-2", "doc-3", "doc-4", "doc-7"))
+    outcome = BatchOutcome(outcomes=[IngestOutcome(f"doc-{n}", "done", 1, {}) for n in (2, 3, 4, 7)])
+    sent: list[list[str]] = []
+    message = ["doc-1", "doc-2", "doc-3", "doc-4", "doc-9"]
+
+    result = run_ingest(TASK, ingest(ledger, Pipeline(outcome), sent), message, max_retries=5)
+
+    assert result == {"document_id": "doc-2", "status": "done", "batch": 4}
+    assert ledger.preferred == message  # the message's own documents are its companions first
+    assert sent == [["doc-1", "doc-9"]]  # the ledger's queue places keep those still pending: doc-9
+
+
+def test_a_message_whose_documents_were_all_built_meanwhile_is_skipped() -> None:
+    sent: list[list[str]] = []
+    result = run_ingest(TASK, ingest(Ledger(), Pipeline(BatchOutcome()), sent), ["doc-1", "doc-2"], max_retries=5)
+    assert result == {"document_ids": ["doc-1", "doc-2"], "status": "skipped"} and sent == []

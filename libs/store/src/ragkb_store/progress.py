@@ -8,7 +8,7 @@ Shared by the api, which makes, reads and cancels jobs, and the worker, which ad
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -59,21 +59,18 @@ def item_outcome(item: JobItem, document: Document | None) -> tuple[JobItemStatu
     return None
 
 
-def settle_items_of_document(session: Session, kb_id: str, source_id: str) -> None:
-    """Settle the open items that wait for this document, and finish the jobs left with none open."""
+def settle_items_of_documents(session: Session, kb_id: str, source_ids: Collection[str]) -> None:
+    """Settle the open items that wait for these documents of a KB, and finish the jobs left with none open: one
+    read of their open items (most documents have none: an upload that no sync or retry job waits for)."""
     items = session.scalars(
         select(JobItem).where(
-            JobItem.kb_id == kb_id, JobItem.source_id == source_id, JobItem.status == JobItemStatus.PENDING
+            JobItem.kb_id == kb_id, JobItem.source_id.in_(source_ids), JobItem.status == JobItemStatus.PENDING
         )
     ).all()
     if not items:
         return
-    document = session.scalars(
-        select(Document)
-        .where(Document.kb_id == kb_id, Document.source_id == source_id)
-        .execution_options(populate_existing=True)
-    ).first()
-    settled = {item.job_id for item in items if _settle(item, item_outcome(item, document))}
+    documents = documents_by_source(session, kb_id, {item.source_id for item in items})
+    settled = {item.job_id for item in items if _settle(item, item_outcome(item, documents.get(item.source_id)))}
     session.flush()
     for job_id in settled:
         finish_if_settled(session, job_id)

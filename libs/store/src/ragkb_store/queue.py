@@ -6,11 +6,16 @@ Two lanes (ragkb_store.states.Lane), each a queue: the worker takes from `ingest
 `ingest-bulk`, one message per free process, so a single upload waits at most for a running task, never
 behind another KB's import. Within the bulk lane, a message's priority grows with its KB's backlog: a KB with
 a few bulk documents goes ahead of one with a hundred thousand.
+
+A message names up to `DOCUMENTS_PER_MESSAGE` documents of one KB and lane, the batch a task builds together
+(ragkb_worker.tasks): an import of N documents is N / 8 messages, not N messages of which seven in eight found
+their document already built by another's batch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import groupby
 
 from celery import Celery
 
@@ -18,6 +23,10 @@ from ragkb_core.settings import RedisSettings
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.states import Lane
 
+# Documents of one KB and lane, built in one batch (args: a list of ids).
+INGEST_DOCUMENTS = "ragkb.ingest_documents"
+# One document (args: its id): what every ingest message was before INGEST_DOCUMENTS; still served, for the
+# messages a broker holds across an upgrade.
 INGEST_DOCUMENT = "ragkb.ingest_document"
 # One page range of a long document split across worker processes (ragkb_store.ledger.ranges).
 INGEST_RANGE = "ragkb.ingest_range"
@@ -33,12 +42,16 @@ BULK_QUEUE = "ingest-bulk"
 QUEUE_OF_LANE = {Lane.INTERACTIVE: INGEST_QUEUE, Lane.BULK: BULK_QUEUE}
 # The order the worker consumes them in (queue_order_strategy "priority"): interactive first.
 WORKER_QUEUES = (INGEST_QUEUE, BULK_QUEUE)
-TASK_NAMES = (INGEST_DOCUMENT, INGEST_RANGE, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB, TUNE_KB)
+TASK_NAMES = (INGEST_DOCUMENTS, INGEST_DOCUMENT, INGEST_RANGE, REINDEX_DOCUMENT, FINISH_REINDEX, DELETE_KB, TUNE_KB)
 # Kombu keeps one Redis list per priority step (0 is taken first): `ingest-bulk`, `ingest-bulk\x06\x163`, ...
 PRIORITY_STEPS = (0, 3, 6, 9)
 PRIORITY_KEY_SEPARATOR = "\x06\x16"
 # A bulk message's priority goes down one step for every this many documents of its KB already waiting.
 BACKLOG_PER_PRIORITY = 50
+# Documents named by one ingest message: the worker's batch (RAGKB_BATCHING__DOCUMENTS defaults to it). A worker
+# set to larger batches tops a message's documents up with other pending ones of the KB; to smaller ones, it
+# queues the rest of the message again.
+DOCUMENTS_PER_MESSAGE = 8
 
 
 def make_celery(settings: RedisSettings) -> Celery:
@@ -87,8 +100,8 @@ def broker_lists(lane: Lane) -> list[str]:
     return [queue] + [f"{queue}{PRIORITY_KEY_SEPARATOR}{step}" for step in PRIORITY_STEPS if step]
 
 
-def enqueue_ingest(app: Celery, document_id: str, lane: Lane = Lane.INTERACTIVE, priority: int = 0) -> None:
-    app.send_task(INGEST_DOCUMENT, args=[document_id], queue=QUEUE_OF_LANE[lane], priority=priority)
+def enqueue_ingest(app: Celery, document_ids: list[str], lane: Lane = Lane.INTERACTIVE, priority: int = 0) -> None:
+    app.send_task(INGEST_DOCUMENTS, args=[document_ids], queue=QUEUE_OF_LANE[lane], priority=priority)
 
 
 def enqueue_ingest_range(
@@ -132,16 +145,21 @@ class IngestQueue:
         self.send_batch(kb_id, [(document_id, lane)])
 
     def send_batch(self, kb_id: str, documents: Sequence[tuple[str, Lane]]) -> None:
-        """Send a batch's documents of one KB, (id, lane) in order, all recorded already: the KB's bulk backlog
-        is counted once, and each bulk message gets the priority `send` would have given it had the documents
-        been recorded and sent one by one (the backlog before the batch, plus its own place in the batch). The
-        first failure to send is raised: the rest are left to the sweeper too."""
+        """Send a batch's documents of one KB, (id, lane) in order, all recorded already: consecutive documents of
+        a lane share a message, `DOCUMENTS_PER_MESSAGE` at most. The KB's bulk backlog is counted once, and a bulk
+        message gets the priority `send` would have given its first document had the documents been recorded and
+        sent one by one (the backlog before the batch, plus its place in the batch). The first failure to send is
+        raised: the rest are left to the sweeper too."""
         priorities = self._bulk_priorities(kb_id, [document_id for document_id, lane in documents if lane == Lane.BULK])
-        for document_id, _lane in documents:
-            if document_id in priorities:
-                enqueue_ingest(self._app, document_id, Lane.BULK, priorities[document_id])
-            else:
-                enqueue_ingest(self._app, document_id)
+        for lane, run in groupby(documents, key=lambda document: self._queue_lane(document[1])):
+            ids = [document_id for document_id, _ in run]
+            for start in range(0, len(ids), DOCUMENTS_PER_MESSAGE):
+                message = ids[start : start + DOCUMENTS_PER_MESSAGE]
+                enqueue_ingest(self._app, message, lane, priorities.get(message[0], 0))
+
+    def _queue_lane(self, lane: Lane) -> Lane:
+        """The lane whose queue a document of `lane` waits in: its own, or without fair queueing the one queue."""
+        return lane if self._fair else Lane.INTERACTIVE
 
     def _bulk_priorities(self, kb_id: str, bulk: list[str]) -> dict[str, int]:
         """The priority of each of a batch's bulk documents (none without fair queueing: one queue for all)."""
@@ -151,11 +169,14 @@ class IngestQueue:
         return {document_id: bulk_priority(before_batch + place) for place, document_id in enumerate(bulk, 1)}
 
     def send_again(self, document_ids: list[str]) -> list[str]:
-        """Queue documents again, each on the lane it was queued on before (an upload handed back still goes
-        ahead of imports); returns those that still exist and were sent."""
+        """Queue pending documents again, each on the lane it was queued on before (an upload handed back still
+        goes ahead of imports), a KB's together; returns those that were still pending and were sent."""
         places = self._ledger.queue_places(document_ids)
+        by_kb: dict[str, list[tuple[str, Lane]]] = {}
         for document_id, place in places.items():
-            self.send(document_id, place.kb_id, place.lane)
+            by_kb.setdefault(place.kb_id, []).append((document_id, place.lane))
+        for kb_id, documents in by_kb.items():
+            self.send_batch(kb_id, documents)
         return list(places)
 
     def send_range(self, document_id: str, version: int, position: int) -> None:

@@ -22,6 +22,7 @@ from ragkb_core.settings import (
     RetrieverClientSettings,
     available_cores,
 )
+from ragkb_store.queue import DOCUMENTS_PER_MESSAGE
 
 
 class TaskSettings(BaseModel):
@@ -62,7 +63,8 @@ class BatchSettings(BaseModel):
     # model's 55 % (bench/ingest_profile.py); a batch pays them once. A running batch is also what an upload of
     # another KB may wait for: with 16, single uploads during a SciFact import took up to 2.1–3.4 s, with 8 up to
     # 1.3 s (bench/fair_queueing.py), for about the same throughput (bench/batching_ab.py).
-    documents: int = Field(default=8, ge=1, le=256)
+    # A queue message names this many by default (ragkb_store.queue.DOCUMENTS_PER_MESSAGE).
+    documents: int = Field(default=DOCUMENTS_PER_MESSAGE, ge=1, le=256)
     # Only originals up to this size join a batch (as companion or as the one claiming): a large file is built
     # alone, so that small documents are not held behind its minutes of parsing and embedding.
     max_document_bytes: int = Field(default=256 * 1024, ge=1)

@@ -13,7 +13,15 @@ from celery import Celery, Task
 from ragkb_core import request_context
 from ragkb_core.errors import RagkbError
 from ragkb_store.ledger import Claim, DocumentLedger
-from ragkb_store.queue import DELETE_KB, FINISH_REINDEX, INGEST_DOCUMENT, INGEST_RANGE, REINDEX_DOCUMENT, TUNE_KB
+from ragkb_store.queue import (
+    DELETE_KB,
+    FINISH_REINDEX,
+    INGEST_DOCUMENT,
+    INGEST_DOCUMENTS,
+    INGEST_RANGE,
+    REINDEX_DOCUMENT,
+    TUNE_KB,
+)
 from ragkb_telemetry import metrics
 from ragkb_telemetry.metrics import observe_stage_seconds
 from ragkb_worker.failures import failure_reason, is_transient, run_with_policy
@@ -40,10 +48,14 @@ def register_tasks(app: Celery, settings: TaskSettings, runtime: Callable[[], Wo
         "max_retries": settings.max_retries,
     }
 
+    @app.task(name=INGEST_DOCUMENTS, **redeliverable)  # type: ignore[untyped-decorator]
+    def ingest_documents(self: Task, document_ids: list[str]) -> dict[str, Any]:
+        return run_ingest(self, runtime().ingest, document_ids, settings.max_retries)
+
+    # A message of one document, as every ingest message was before INGEST_DOCUMENTS (a broker may hold some).
     @app.task(name=INGEST_DOCUMENT, **redeliverable)  # type: ignore[untyped-decorator]
     def ingest_document(self: Task, document_id: str) -> dict[str, Any]:
-        current = runtime()
-        return run_ingest(self, current.ingest, document_id, settings.max_retries)
+        return run_ingest(self, runtime().ingest, [document_id], settings.max_retries)
 
     @app.task(name=INGEST_RANGE, **redeliverable)  # type: ignore[untyped-decorator]
     def ingest_range(self: Task, document_id: str, version: int, position: int) -> dict[str, Any]:
@@ -115,12 +127,20 @@ class Ingest:
     send_again: Callable[[list[str]], object]
 
 
-def run_ingest(task: Task, ingest: Ingest, document_id: str, max_retries: int) -> dict[str, Any]:
-    claim = ingest.ledger.claim(document_id)
+def run_ingest(task: Task, ingest: Ingest, document_ids: list[str], max_retries: int) -> dict[str, Any]:
+    """The documents a message names, built in one batch: the first that can be taken, with the others (and, in a
+    worker set to larger batches, other pending documents of the KB and lane) as companions. Those of them it
+    could not take and that still wait (too large for a batch, beyond the batch's size) are queued again, each
+    to be taken on its own."""
+    claim = ingest.ledger.claim_first(document_ids)
     if claim is None:
-        return {"document_id": document_id, "status": "skipped"}
+        return {"document_ids": document_ids, "status": "skipped"}
     batching = ingest.batching
-    companions = ingest.ledger.claim_companions(claim, batching.documents - 1, batching.max_document_bytes)
+    companions = ingest.ledger.claim_companions(
+        claim, batching.documents - 1, batching.max_document_bytes, preferred=document_ids
+    )
+    taken = {claim.document_id, *(companion.document_id for companion in companions)}
+    send_again(ingest, [document_id for document_id in document_ids if document_id not in taken])
     if companions:
         return run_batch(task, ingest, claim, companions, max_retries)
     return run_alone(task, ingest, claim, max_retries)
@@ -191,9 +211,21 @@ def hand_back(ingest: Ingest, claims: list[Claim], reason: str) -> None:
     try:
         for claim in claims:
             ingest.ledger.release_for_retry(claim, reason)
-        ingest.send_again([claim.document_id for claim in claims])
     except Exception:
-        _log.warning("could not queue %d documents again now; the sweeper will", len(claims), exc_info=True)
+        _log.warning("could not hand %d documents back now; the sweeper will", len(claims), exc_info=True)
+        return
+    send_again(ingest, [claim.document_id for claim in claims])
+
+
+def send_again(ingest: Ingest, document_ids: list[str]) -> None:
+    """Queue the documents that still wait again (best effort: else the sweeper queues them once their pending
+    age passes)."""
+    if not document_ids:
+        return
+    try:
+        ingest.send_again(document_ids)
+    except Exception:
+        _log.warning("could not queue %d documents again now; the sweeper will", len(document_ids), exc_info=True)
 
 
 def fail_document(ledger: DocumentLedger, claim: Claim, reason: str) -> None:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, delete, func, or_, select, update
+from sqlalchemy import ColumnElement, case, delete, func, or_, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -28,7 +28,7 @@ from ragkb_store.consistency import DocumentState
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import Document, DocumentRange, DocumentSplit, Job, JobItem, KnowledgeBase, utcnow
 from ragkb_store.knowledge_bases import load_kb, load_writable_kb
-from ragkb_store.progress import documents_by_source, refresh_overdue_jobs, settle_items_of_document
+from ragkb_store.progress import documents_by_source, refresh_overdue_jobs, settle_items_of_documents
 from ragkb_store.states import (
     ACTIVE_JOB_STATUSES,
     DocumentStatus,
@@ -379,20 +379,28 @@ class DocumentLedger:
     def claim(self, document_id: str) -> Claim | None:
         """Take the document for processing; None when it is done, gone, held by a live worker, or of a KB
         being deleted (its row goes soon: building it would only be thrown away)."""
+        return self.claim_first([document_id])
+
+    def claim_first(self, document_ids: Sequence[str]) -> Claim | None:
+        """`claim` the first of the documents that can be taken (a queue message names a batch of them: the
+        others may have been built in another's batch meanwhile); None when none can."""
         now = utcnow()
-        claimable = or_(
-            Document.status == DocumentStatus.PENDING,
-            (Document.status == DocumentStatus.PROCESSING) & (Document.lease_until < now),
-        )
-        # Most messages of a batch import find their document already built in an earlier task's batch: a read
-        # tells so without taking the database's write lock (SQLite) for an update of no row.
+        # A message often finds its documents built already, by another task's batch or a copy of the message: a
+        # read tells so without taking the database's write lock (SQLite) for an update of no row.
         with self._sessions() as session:
-            if session.scalar(select(Document.id).where(Document.id == document_id, claimable)) is None:
-                return None
+            query = select(Document.id).where(Document.id.in_(document_ids), _claimable(now))
+            claimable = set(session.scalars(query))
+        for document_id in document_ids:
+            if document_id in claimable and (claim := self._take(document_id, now)) is not None:
+                return claim
+        return None
+
+    def _take(self, document_id: str, now: datetime) -> Claim | None:
+        """The compare-and-set of a claim: None when another worker took the document first."""
         with transaction(self._sessions) as session:
             taken = session.execute(
                 update(Document)
-                .where(Document.id == document_id, claimable, _kb_not_deleting())
+                .where(Document.id == document_id, _claimable(now), _kb_not_deleting())
                 .values(
                     status=DocumentStatus.PROCESSING,
                     lease_until=now + self._lease,
@@ -402,9 +410,8 @@ class DocumentLedger:
             ).rowcount  # type: ignore[attr-defined]
             if not taken:
                 return None
-            document = session.get_one(Document, document_id, populate_existing=True)
-            _mark_ingest_job(session, document_id, JobStatus.RUNNING)
-            return _claim_of(session, document)
+            _mark_ingest_jobs(session, [document_id], JobStatus.RUNNING)
+            return _claims_of(session, [document_id])[0]
 
     def renew(self, claim: Claim) -> Claim | None:
         """Extend the lease and return the document's current title, labels and metadata (a PATCH may have
@@ -413,9 +420,10 @@ class DocumentLedger:
         with transaction(self._sessions) as session:
             return _renewed(session, claim, utcnow() + self._lease)
 
-    def claim_companions(self, claim: Claim, limit: int, max_bytes: int) -> list[Claim]:
+    def claim_companions(self, claim: Claim, limit: int, max_bytes: int, preferred: Sequence[str] = ()) -> list[Claim]:
         """Claim up to `limit` more pending documents of `claim`'s KB and lane, each at most `max_bytes`, to be
-        built in one batch with it (one model call, one index write, one commit): the oldest. Each is taken
+        built in one batch with it (one model call, one index write, one commit): those of `preferred` (the
+        others its queue message names) first, then the oldest. Each is taken
         exactly as `claim` takes it (a compare-and-set on pending, so that two workers never both take one); its
         own queue message later finds it taken and is skipped. None for a claimed document that is itself too
         large, or resumes a long document's split: it is built alone."""
@@ -439,7 +447,7 @@ class DocumentLedger:
                     Document.ranges_total == 0,
                     Document.size_bytes <= max_bytes,
                 )
-                .order_by(Document.updated_at, Document.id)
+                .order_by(*_preferred_first(preferred), Document.updated_at, Document.id)
                 .limit(limit)
                 .with_for_update(skip_locked=True)
                 .cte("picked")
@@ -460,22 +468,19 @@ class DocumentLedger:
                 .returning(Document.id)
                 .execution_options(synchronize_session=False)
             ).all()
-            companions = []
-            for document_id in sorted(taken):
-                _mark_ingest_job(session, document_id, JobStatus.RUNNING)
-                companions.append(_claim_of(session, session.get_one(Document, document_id, populate_existing=True)))
-            return companions
+            companions = sorted(taken)
+            _mark_ingest_jobs(session, companions, JobStatus.RUNNING)
+            return _claims_of(session, companions)
 
     def renew_many(self, claims: Iterable[Claim]) -> dict[str, Claim]:
         """`renew` for several claims in one transaction: the current claim of each document still this worker's
-        to build (absent: stop working on it)."""
-        current: dict[str, Claim] = {}
+        to build (absent: stop working on it). A batch's statements are one per step, not one per document."""
+        claims = list(claims)
+        if not claims:
+            return {}
         with transaction(self._sessions) as session:
-            lease_until = utcnow() + self._lease
-            for claim in claims:
-                if (renewed := _renewed(session, claim, lease_until)) is not None:
-                    current[claim.document_id] = renewed
-        return current
+            held = hold_documents(session, claims, utcnow() + self._lease, status=DocumentStatus.PROCESSING)
+            return {claim.document_id: claim for claim in _claims_of(session, sorted(held))}
 
     def finish(
         self,
@@ -492,18 +497,19 @@ class DocumentLedger:
 
     def finish_many(self, builds: Iterable[BuiltVersion]) -> FinishedVersions:
         """Mark several claimed versions live in one transaction (a batch of documents built together): one
-        commit for all. Each is a compare-and-set on its own version, as `finish`."""
-        finished: set[str] = set()
-        replaced_texts: dict[str, str | None] = {}
+        commit for all. Each is a compare-and-set on its own version, as `finish`; what follows a version going
+        live (its split gone, its run closed, the jobs waiting for it settled) is one statement per step."""
+        builds = list(builds)
+        document_ids = [built.claim.document_id for built in builds]
         with transaction(self._sessions) as session:
-            for built in builds:
-                document_id = built.claim.document_id
-                replaced_texts[document_id] = session.scalar(
-                    select(Document.text_sha256).where(Document.id == document_id)
-                )
-                if _finish(session, built):
-                    finished.add(document_id)
-        return FinishedVersions(finished, replaced_texts)
+            stored_texts = dict(
+                session.execute(select(Document.id, Document.text_sha256).where(Document.id.in_(document_ids))).all()
+            )
+            live = [built.claim for built in builds if _make_live(session, built)]
+            if live:
+                _close_runs(session, live, JobStatus.SUCCEEDED)
+        replaced_texts = {document_id: stored_texts.get(document_id) for document_id in document_ids}
+        return FinishedVersions({claim.document_id for claim in live}, replaced_texts)
 
     def fail(self, claim: Claim, reason: str) -> None:
         """The claimed version failed for good, with a reason a user can act on."""
@@ -515,9 +521,7 @@ class DocumentLedger:
             ).rowcount  # type: ignore[attr-defined]
             if failed:  # else a newer version took over: its run is not this one's to mark
                 # A long document's ranges still queued find their split gone and stop (RangeLedger).
-                delete_split(session, claim.document_id)
-                _mark_ingest_job(session, claim.document_id, JobStatus.FAILED, error=reason)
-                settle_items_of_document(session, claim.kb_id, claim.source_id)
+                _close_runs(session, [claim], JobStatus.FAILED, error=reason)
 
     def release_for_retry(self, claim: Claim, reason: str) -> None:
         """Hand the document back to the queue after a transient error (the retry re-claims it)."""
@@ -563,12 +567,15 @@ class DocumentLedger:
             return list(session.scalars(query.limit(_BATCH)))
 
     def queue_places(self, document_ids: list[str]) -> dict[str, QueuePlace]:
-        """The KB and lane of each of the documents (those that still exist): where to queue it again."""
+        """The KB and lane of each of the documents still pending (a document taken, built or gone since needs no
+        message): where to queue it again."""
         places: dict[str, QueuePlace] = {}
         with self._sessions() as session:
             for start in range(0, len(document_ids), _BATCH):
                 batch = document_ids[start : start + _BATCH]
-                query = select(Document.id, Document.kb_id, Document.lane).where(Document.id.in_(batch))
+                query = select(Document.id, Document.kb_id, Document.lane).where(
+                    Document.id.in_(batch), Document.status == DocumentStatus.PENDING
+                )
                 places.update((row_id, QueuePlace(kb_id, Lane(lane))) for row_id, kb_id, lane in session.execute(query))
         return places
 
@@ -664,26 +671,37 @@ def _renewed(session: Session, claim: Claim, lease_until: datetime) -> Claim | N
     # time beside this worker.
     if not hold_document(session, claim, lease_until, status=DocumentStatus.PROCESSING):
         return None
-    return _claim_of(session, session.get_one(Document, claim.document_id, populate_existing=True))
+    return _claims_of(session, [claim.document_id])[0]
 
 
 def hold_document(session: Session, claim: Claim, lease_until: datetime, **fields: object) -> bool:
     """Renew the lease of the claimed version (if it is still the document's, being built), with `fields`: this
     write also locks the row (PostgreSQL) or the database (SQLite) for the rest of the transaction."""
-    held = session.execute(
+    return claim.document_id in hold_documents(session, [claim], lease_until, **fields)
+
+
+def hold_documents(session: Session, claims: Sequence[Claim], lease_until: datetime, **fields: object) -> set[str]:
+    """`hold_document` for several claims in one statement: the ids of those still being built at their
+    claimed version."""
+    claimed_version = or_(*(
+        (Document.id == claim.document_id) & (Document.version == claim.version) for claim in claims
+    ))  # fmt: skip
+    held = session.scalars(
         update(Document)
         .where(
-            Document.id == claim.document_id,
-            Document.version == claim.version,
+            claimed_version,
             Document.status.in_((DocumentStatus.PENDING, DocumentStatus.PROCESSING)),
             _kb_not_deleting(),
         )
         .values(lease_until=lease_until, **fields)
-    ).rowcount  # type: ignore[attr-defined]
-    return bool(held)
+        .returning(Document.id)
+        .execution_options(synchronize_session=False)
+    ).all()
+    return set(held)
 
 
-def _finish(session: Session, built: BuiltVersion) -> bool:
+def _make_live(session: Session, built: BuiltVersion) -> bool:
+    """The built version becomes the document's live one, if it is still the document's version."""
     claim = built.claim
     finished = session.execute(
         update(Document)
@@ -698,13 +716,22 @@ def _finish(session: Session, built: BuiltVersion) -> bool:
             indexed_at=utcnow(),
             text_sha256=built.text_sha256,
         )
+        .execution_options(synchronize_session=False)
     ).rowcount  # type: ignore[attr-defined]
-    if finished:
-        delete_split(session, claim.document_id)
-        _mark_ingest_job(session, claim.document_id, JobStatus.SUCCEEDED)
-        # A sync or retry job waiting for this document advances now, watched or not.
-        settle_items_of_document(session, claim.kb_id, claim.source_id)
     return bool(finished)
+
+
+def _close_runs(session: Session, claims: Sequence[Claim], status: JobStatus, error: str | None = None) -> None:
+    """What follows claimed versions going live or failing: their splits go, their runs are closed with
+    `status`, and a sync or retry job waiting for them advances now, watched or not."""
+    document_ids = [claim.document_id for claim in claims]
+    delete_splits(session, document_ids)
+    _mark_ingest_jobs(session, document_ids, status, error=error)
+    sources_by_kb: dict[str, set[str]] = {}
+    for claim in claims:
+        sources_by_kb.setdefault(claim.kb_id, set()).add(claim.source_id)
+    for kb_id, source_ids in sources_by_kb.items():
+        settle_items_of_documents(session, kb_id, source_ids)
 
 
 def _held_by_live_worker(document: Document, now: datetime) -> bool:
@@ -1035,8 +1062,25 @@ def _serialize_label_writes(session: Session, kb_id: str) -> None:
 def delete_split(session: Session, document_id: str) -> None:
     """Remove the document's split and its ranges (ragkb_store.ledger.ranges): its version went live or failed,
     or a new split replaces it."""
-    session.execute(delete(DocumentRange).where(DocumentRange.document_id == document_id))
-    session.execute(delete(DocumentSplit).where(DocumentSplit.document_id == document_id))
+    delete_splits(session, [document_id])
+
+
+def delete_splits(session: Session, document_ids: Sequence[str]) -> None:
+    """`delete_split` for several documents, one statement per table."""
+    session.execute(delete(DocumentRange).where(DocumentRange.document_id.in_(document_ids)))
+    session.execute(delete(DocumentSplit).where(DocumentSplit.document_id.in_(document_ids)))
+
+
+def _claimable(now: datetime) -> ColumnElement[bool]:
+    """A document a worker may take: pending, or held by a worker whose lease ran out."""
+    return or_(
+        Document.status == DocumentStatus.PENDING,
+        (Document.status == DocumentStatus.PROCESSING) & (Document.lease_until < now),
+    )
+
+
+def _preferred_first(preferred: Sequence[str]) -> list[ColumnElement[int]]:
+    return [case((Document.id.in_(preferred), 0), else_=1)] if preferred else []
 
 
 def _kb_not_deleting() -> ColumnElement[bool]:
@@ -1048,6 +1092,25 @@ def _claim_of(session: Session, document: Document) -> Claim:
     kb = session.get_one(KnowledgeBase, document.kb_id)
     chunking, analyzer = KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer)
     return claim_of(document, chunking, analyzer, kb.embedding_model)
+
+
+def _claims_of(session: Session, document_ids: Sequence[str]) -> list[Claim]:
+    """The claims of documents just taken or held, in the order of `document_ids`: the documents read in one
+    statement, and each KB's settings read and validated once (a batch is one KB's)."""
+    documents = session.scalars(
+        select(Document).where(Document.id.in_(document_ids)).execution_options(populate_existing=True)
+    ).all()
+    by_id = {document.id: document for document in documents}
+    settings: dict[str, tuple[KbChunking, KbAnalyzer, str]] = {}
+    claims = []
+    for document_id in document_ids:
+        document = by_id[document_id]
+        if document.kb_id not in settings:
+            kb = session.get_one(KnowledgeBase, document.kb_id)
+            chunking, analyzer = KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer)
+            settings[document.kb_id] = (chunking, analyzer, kb.embedding_model)
+        claims.append(claim_of(document, *settings[document.kb_id]))
+    return claims
 
 
 def claim_of(document: Document, chunking: KbChunking, analyzer: KbAnalyzer, embedding_model: str) -> Claim:
@@ -1071,22 +1134,21 @@ def claim_of(document: Document, chunking: KbChunking, analyzer: KbAnalyzer, emb
     )
 
 
-def _mark_ingest_job(session: Session, document_id: str, status: JobStatus, error: str | None = None) -> None:
-    """Update the document's open ingest job (record_ingest_job keeps at most one open), which records this
-    run for operators."""
-    job = session.scalars(
-        select(Job)
-        .where(Job.document_id == document_id, Job.kind == JobKind.INGEST)
-        .order_by(Job.created_at.desc())
-        .limit(1)
-    ).first()
-    if job is None or job.status not in ACTIVE_JOB_STATUSES:
-        return
+def _mark_ingest_jobs(
+    session: Session, document_ids: Sequence[str], status: JobStatus, error: str | None = None
+) -> None:
+    """Update the documents' open ingest jobs (record_ingest_job keeps at most one open per document), which
+    record their runs for operators: one statement, and one more per job when there is an error to add."""
     now: datetime = utcnow()
-    job.status = status
-    if status == JobStatus.RUNNING:
-        job.started_at = job.started_at or now
-    else:
-        job.finished_at = now
+    times = {"started_at": func.coalesce(Job.started_at, now)} if status == JobStatus.RUNNING else {"finished_at": now}
+    marked = session.scalars(
+        update(Job)
+        .where(Job.document_id.in_(document_ids), Job.kind == JobKind.INGEST, Job.status.in_(ACTIVE_JOB_STATUSES))
+        .values(status=status, **times)
+        .returning(Job.id)
+        .execution_options(synchronize_session=False)
+    ).all()
     if error:
-        job.errors = [*job.errors, error]
+        marked_jobs = select(Job).where(Job.id.in_(marked)).execution_options(populate_existing=True)
+        for job in session.scalars(marked_jobs):
+            job.errors = [*job.errors, error]

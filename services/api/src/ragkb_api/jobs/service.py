@@ -181,8 +181,7 @@ class JobService:
             document_ids, lane = requeue_failed_documents(
                 session, job_id, kb_id, caller.document_scope, self._settings.interactive_max_documents
             )
-        for document_id in document_ids:
-            self._enqueue(document_id, kb_id, lane)
+        self._enqueue(kb_id, [(document_id, lane) for document_id in document_ids])
         with transaction(self._sessions) as session:
             job = session.get_one(Job, job_id)
             progress.refresh_job(session, job, self._settings.upload_wait_s)
@@ -253,11 +252,11 @@ class JobService:
             reported.update(item.id for item in new)
             return JobSnapshot(_job_out(session, job), new, job.status in FINISHED_JOB_STATUSES)
 
-    def _enqueue(self, document_id: str, kb_id: str, lane: Lane) -> None:
+    def _enqueue(self, kb_id: str, documents: list[tuple[str, Lane]]) -> None:
         try:
-            self._queue.send(document_id, kb_id, lane)
-        except Exception:  # the broker is down: the document is pending, the worker's sweeper queues it later
-            _log.warning("could not queue document %s now; the sweeper will queue it", document_id, exc_info=True)
+            self._queue.send_batch(kb_id, documents)
+        except Exception:  # the broker is down: the documents are pending, the worker's sweeper queues them later
+            _log.warning("could not queue %d documents now; the sweeper will queue them", len(documents), exc_info=True)
 
 
 def _load_job(session: Session, job_id: str, caller: Caller, permission: Permission) -> Job:

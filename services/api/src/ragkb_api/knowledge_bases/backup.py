@@ -184,8 +184,7 @@ class BackupService:
             for document in documents
         ]
         queued = self._ledger.restore(kb.id, restored)
-        for document_id in queued:
-            self._queue.send(document_id, kb.id, Lane.BULK)
+        self._queue.send_batch(kb.id, [(document_id, Lane.BULK) for document_id in queued])
         _log.info(
             "KB %s restored as %s: %d documents, %d points", manifest.knowledge_base.name, kb.id, len(documents), points
         )

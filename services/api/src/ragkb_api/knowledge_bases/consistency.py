@@ -45,8 +45,7 @@ class ConsistencyService:
         before = _report(kb_id, census, documents, findings)
         plan = repair_plan(findings)
         requeued = self._ledger.requeue_for_repair(kb_id, plan.requeue)
-        for document_id in requeued:
-            self._queue.send(document_id, kb_id, Lane.BULK)
+        self._queue.send_batch(kb_id, [(document_id, Lane.BULK) for document_id in requeued])
         for document_id, version in plan.delete_versions:
             self._retriever.delete_document(kb_id, document_id, only_version=version)
         for document_id in plan.delete_documents:
