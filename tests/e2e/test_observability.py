@@ -170,6 +170,20 @@ def kb_id(stack: RunningRagkb) -> str:
     return stack.create_kb(KB_NAME)
 
 
+def test_a_workers_task_process_loads_its_model_as_it_starts_before_any_task(stack: RunningRagkb) -> None:
+    # The module's stack is new and nothing has been uploaded to it yet: a load is the preload's
+    # (ragkb_worker.app.preload_runtime), so the first upload does not wait for the model.
+    worker = _urls(stack)["worker"]
+    deadline = time.monotonic() + 120
+    while True:
+        samples = _scrape(worker)[1]
+        if _value(samples, "ragkb_model_load_seconds", role="embedder", model="multilingual-e5-small") > 0:
+            break
+        assert time.monotonic() < deadline, "the worker's task process did not load its model as it started"
+        time.sleep(0.5)
+    assert not [key for key in samples if key[0] == "ragkb_task_duration_seconds_count"]
+
+
 def test_each_services_metrics_move_by_one_ingest_and_one_search(stack: RunningRagkb, kb_id: str) -> None:
     urls = _urls(stack)
     before = {name: _scrape(url)[1] for name, url in urls.items()}

@@ -4,8 +4,11 @@ which builds a task process's share)."""
 from __future__ import annotations
 
 import functools
+import logging
 import os
-from typing import Any
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from celery import Celery
 from celery.signals import worker_process_init, worker_process_shutdown
@@ -26,14 +29,52 @@ from ragkb_worker.settings import WorkerSettings
 from ragkb_worker.sweeper import Sweeper
 from ragkb_worker.tasks import register_tasks
 
+_log = logging.getLogger("ragkb.worker")
+T = TypeVar("T")
+
 
 def create_worker_app(settings: WorkerSettings) -> Celery:
     app = make_celery(settings.redis)
-    # Built on the first task in each worker process (after fork), then reused: models load once per process.
-    runtime = functools.cache(lambda: _build_runtime(settings, app))
+    # Built once in each task process (after the fork: models and connections are not shared across processes),
+    # as the process starts (preload_runtime), then reused.
+    runtime = once_per_process(lambda: _build_runtime(settings, app))
     register_tasks(app, settings.tasks, runtime)
     observe_worker_processes()
+    preload_runtime(runtime)
     return app
+
+
+def once_per_process(build: Callable[[], T]) -> Callable[[], T]:
+    """`build`'s result, built on the first call and then reused; calls meanwhile (a task arriving while the
+    preload thread builds) wait for that one build instead of starting a second. A build that raised is tried
+    again by the next call."""
+    lock = threading.Lock()
+    cached = functools.cache(build)
+
+    def get() -> T:
+        with lock:
+            return cached()
+
+    return get
+
+
+def preload_runtime(runtime: Callable[[], object]) -> None:
+    """Each task process builds its runtime, the default embedding model loaded, as it starts, in a thread of its
+    own: the first documents after a worker (re)start do not wait seconds for the model (the whole JSQuAD corpus
+    on a fresh stack spent ~8 s of each process's CPU on it), and the process takes tasks meanwhile (a task that
+    arrives first waits for the same build). A build that fails is logged; the first task builds again and fails
+    with the reason, as before."""
+
+    def build() -> None:
+        try:
+            runtime()
+        except Exception:
+            _log.warning("could not preload the task process's runtime; its first task builds it", exc_info=True)
+
+    def start(**_: Any) -> None:
+        threading.Thread(target=build, name="ragkb-preload", daemon=True).start()
+
+    worker_process_init.connect(start, weak=False, dispatch_uid="ragkb-preload")
 
 
 def _build_runtime(settings: WorkerSettings, app: Celery) -> WorkerRuntime:

@@ -1,6 +1,6 @@
-"""What a worker task process works with, built once per process on its first task (after the fork: models
-and connections are not shared across processes): one database engine, one retriever client, one blob store,
-and the ledger, pipeline, re-indexer and KB deleter over them."""
+"""What a worker task process works with, built once per process as it starts (ragkb_worker.app.preload_runtime;
+after the fork: models and connections are not shared across processes): one database engine, one retriever
+client, one blob store, and the ledger, pipeline, re-indexer and KB deleter over them."""
 
 from __future__ import annotations
 
