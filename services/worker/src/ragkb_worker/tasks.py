@@ -130,8 +130,7 @@ class Ingest:
 def run_ingest(task: Task, ingest: Ingest, document_ids: list[str], max_retries: int) -> dict[str, Any]:
     """The documents a message names, built in one batch: the first that can be taken, with the others (and, in a
     worker set to larger batches, other pending documents of the KB and lane) as companions. Those of them it
-    could not take and that still wait (too large for a batch, beyond the batch's size) are queued again, each
-    to be taken on its own."""
+    could not take and that still wait (too large for a batch, beyond the batch's size) are queued again."""
     claim = ingest.ledger.claim_first(document_ids)
     if claim is None:
         return {"document_ids": document_ids, "status": "skipped"}
