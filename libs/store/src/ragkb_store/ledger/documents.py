@@ -417,8 +417,7 @@ class DocumentLedger:
         """Extend the lease and return the document's current title, labels and metadata (a PATCH may have
         changed them meanwhile); None when the version changed, the document is gone, built already (by a
         worker that took it over) or its KB is being deleted: stop working on it."""
-        with transaction(self._sessions) as session:
-            return _renewed(session, claim, utcnow() + self._lease)
+        return self.renew_many([claim]).get(claim.document_id)
 
     def claim_companions(self, claim: Claim, limit: int, max_bytes: int, preferred: Sequence[str] = ()) -> list[Claim]:
         """Claim up to `limit` more pending documents of `claim`'s KB and lane, each at most `max_bytes`, to be
@@ -479,6 +478,9 @@ class DocumentLedger:
         if not claims:
             return {}
         with transaction(self._sessions) as session:
+            # Processing again: a worker slowed past its lease (a loaded machine) whose document the sweeper sent
+            # back to pending takes it back, so that the message the sweeper sent finds it held instead of building
+            # it a second time beside this worker.
             held = hold_documents(session, claims, utcnow() + self._lease, status=DocumentStatus.PROCESSING)
             return {claim.document_id: claim for claim in _claims_of(session, sorted(held))}
 
@@ -663,15 +665,6 @@ def _restored_document(kb_id: str, restored: RestoredDocument) -> Document:
         error=None if restored.indexed else restored.error,
         indexed_at=indexed_at,
     )
-
-
-def _renewed(session: Session, claim: Claim, lease_until: datetime) -> Claim | None:
-    # Processing again: a worker slowed past its lease (a loaded machine) whose document the sweeper sent back to
-    # pending takes it back, so that the message the sweeper sent finds it held instead of building it a second
-    # time beside this worker.
-    if not hold_document(session, claim, lease_until, status=DocumentStatus.PROCESSING):
-        return None
-    return _claims_of(session, [claim.document_id])[0]
 
 
 def hold_document(session: Session, claim: Claim, lease_until: datetime, **fields: object) -> bool:
@@ -1089,9 +1082,13 @@ def _kb_not_deleting() -> ColumnElement[bool]:
 
 
 def _claim_of(session: Session, document: Document) -> Claim:
-    kb = session.get_one(KnowledgeBase, document.kb_id)
-    chunking, analyzer = KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer)
-    return claim_of(document, chunking, analyzer, kb.embedding_model)
+    return claim_of(document, *_build_settings(session, document.kb_id))
+
+
+def _build_settings(session: Session, kb_id: str) -> tuple[KbChunking, KbAnalyzer, str]:
+    """The KB's chunking, analyzer and embedding model: what its documents' claims are built with."""
+    kb = session.get_one(KnowledgeBase, kb_id)
+    return KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer), kb.embedding_model
 
 
 def _claims_of(session: Session, document_ids: Sequence[str]) -> list[Claim]:
@@ -1106,9 +1103,7 @@ def _claims_of(session: Session, document_ids: Sequence[str]) -> list[Claim]:
     for document_id in document_ids:
         document = by_id[document_id]
         if document.kb_id not in settings:
-            kb = session.get_one(KnowledgeBase, document.kb_id)
-            chunking, analyzer = KbChunking.model_validate(kb.chunking), KbAnalyzer.model_validate(kb.analyzer)
-            settings[document.kb_id] = (chunking, analyzer, kb.embedding_model)
+            settings[document.kb_id] = _build_settings(session, document.kb_id)
         claims.append(claim_of(document, *settings[document.kb_id]))
     return claims
 
