@@ -2,10 +2,12 @@
 the companions' claim, the renewal after embedding, and the finish that makes the batch live (what a task process
 spends outside the model for each document of an import, bench/ingest_profile.py's "ledger" rows). In process,
 on a migrated database of its own (SQLite in a temporary folder, as `make run` has, or `--database-url`).
+`--history N` first records N finished ingest runs, as a KB's earlier uploads leave them in the jobs table (one
+row per upload ever made), so that a step whose cost grows with that table shows it.
 
 To compare two checkouts, run it twice, once with the other's store package first on the path:
 
-    python bench/ledger_batch.py [--batches 60] [--batch 8] [--database-url URL] [--label NAME]
+    python bench/ledger_batch.py [--batches 60] [--batch 8] [--history 0] [--database-url URL] [--label NAME]
     PYTHONPATH=/other/checkout/libs/store/src python bench/ledger_batch.py --label before
 """
 
@@ -20,13 +22,14 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from common import save_result
+from sqlalchemy import insert
 from sqlalchemy.orm import Session, sessionmaker
 
 import ragkb_store
 from ragkb_core.ids import new_id
 from ragkb_core.settings import DatabaseSettings
 from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
-from ragkb_store.db.models import KnowledgeBase
+from ragkb_store.db.models import Job, KnowledgeBase
 from ragkb_store.ledger import BuiltVersion, Claim, DocumentLedger, NewVersion
 
 T = TypeVar("T")
@@ -51,18 +54,31 @@ def new_version(kb_id: str, number: int) -> NewVersion:
 
 
 def timed(seconds: dict[str, float], name: str, step: Callable[..., T], *args: Any) -> T:
-    started = time.process_time()
+    """Adds the step's CPU time to `seconds[name]` and its wall time to `seconds["wall " + name]`: a database
+    server's work (PostgreSQL) shows only in the wall time."""
+    started, started_wall = time.process_time(), time.perf_counter()
     result = step(*args)
     seconds[name] = seconds.get(name, 0.0) + time.process_time() - started
+    seconds[f"wall {name}"] = seconds.get(f"wall {name}", 0.0) + time.perf_counter() - started_wall
     return result
 
 
-def run_batches(sessions: sessionmaker[Session], batches: int, batch: int) -> dict[str, float]:
+def record_history(sessions: sessionmaker[Session], kb_id: str, uploads: int) -> None:
+    """`uploads` finished ingest runs of documents of the KB, as earlier uploads leave them."""
+    finished = {"kind": "ingest", "kb_id": kb_id, "status": "succeeded", "counts": {}, "errors": [], "params": {}}
+    for start in range(0, uploads, 10_000):
+        rows = [finished | {"id": new_id(), "document_id": new_id()} for _ in range(min(10_000, uploads - start))]
+        with transaction(sessions) as session:
+            session.execute(insert(Job), rows)
+
+
+def run_batches(sessions: sessionmaker[Session], batches: int, batch: int, history: int = 0) -> dict[str, float]:
     """CPU seconds per transition over `batches` batches of `batch` pending documents of one KB."""
     ledger = DocumentLedger(sessions, lease_s=600)
     kb_id = new_id()
     with transaction(sessions) as session:
         session.add(KnowledgeBase(id=kb_id, name=f"kb-{kb_id}", embedding_model="m", analyzer_version="a"))
+    record_history(sessions, kb_id, history)
     ids = [ledger.record_version(new_version(kb_id, number)).document.id for number in range(batches * batch)]
     seconds: dict[str, float] = {}
     for start in range(0, len(ids), batch):
@@ -83,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batches", type=int, default=60)
     parser.add_argument("--batch", type=int, default=8)
+    parser.add_argument("--history", type=int, default=0, help="finished ingest runs recorded before the batches")
     parser.add_argument("--repeats", type=int, default=3, help="fresh databases; the median of each transition")
     parser.add_argument("--database-url", default=None, help="default: SQLite in a temporary folder")
     parser.add_argument("--label", default="run")
@@ -93,27 +110,36 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="ragkb-ledger-batch-") as folder:
             engine = build_engine(DatabaseSettings(url=args.database_url or f"sqlite:///{Path(folder) / 'l.db'}"))
             migrate_to_head(engine)
-            runs.append(run_batches(build_session_factory(engine), args.batches, args.batch))
+            runs.append(run_batches(build_session_factory(engine), args.batches, args.batch, args.history))
             engine.dispose()
-    per_document = {
-        name: round(1000 * statistics.median(run[name] for run in runs) / documents, 3) for name in TRANSITIONS
-    }
+
+    def per_document(names: tuple[str, ...]) -> dict[str, float]:
+        ms = {name: round(1000 * statistics.median(run[name] for run in runs) / documents, 3) for name in names}
+        return ms | {"all": round(sum(ms.values()), 3)}
+
     result: dict[str, Any] = {
         "store_package": str(Path(ragkb_store.__file__).parent),
         "database": "sqlite" if args.database_url is None else args.database_url.split(":", 1)[0],
         "batches": args.batches,
         "batch": args.batch,
+        "history": args.history,
         "repeats": args.repeats,
-        "cpu_ms_per_document": per_document | {"all": round(sum(per_document.values()), 3)},
+        "cpu_ms_per_document": per_document(TRANSITIONS),
+        "wall_ms_per_document": {
+            name.removeprefix("wall "): ms for name, ms in per_document(tuple(f"wall {t}" for t in TRANSITIONS)).items()
+        },
     }
     table = "\n".join(
         [
-            f"Ledger CPU per document, batches of {args.batch} ({result['database']}, store package "
-            f"{result['store_package']}, median of {args.repeats}):",
+            f"Ledger CPU per document, batches of {args.batch} ({result['database']}, {args.history} earlier "
+            f"uploads, store package {result['store_package']}, median of {args.repeats}):",
             "",
-            "| transition | CPU ms per document |",
-            "|---|---|",
-            *(f"| {name} | {ms} |" for name, ms in result["cpu_ms_per_document"].items()),
+            "| transition | CPU ms per document | wall ms per document |",
+            "|---|---|---|",
+            *(
+                f"| {name} | {ms} | {result['wall_ms_per_document'][name]} |"
+                for name, ms in result["cpu_ms_per_document"].items()
+            ),
         ]
     )
     save_result(f"ledger-batch-{args.label}", result, table)

@@ -223,6 +223,23 @@ def test_long_and_empty_inputs(embedder: Embedder) -> None:
     assert embedder.count_tokens("") == 0
 
 
+def test_passages_tokenised_once_get_the_vectors_of_each_run_tokenised_alone(e5_folder: Path) -> None:
+    """embed_passages tokenises a call's texts once and slices each run's rows; the model must get exactly the
+    arrays that tokenising the run's texts alone gives (a long text, truncated, among short ones)."""
+    embedder = load_embedder(e5_settings("onnx"))
+    texts = [*corpus_texts("jsquad", 10), *corpus_texts("scifact", 10), "短い", "x " * 700]
+    encoder = embedder._encoder
+    prefixed = ["passage: " + text for text in texts]
+    tokens = encoder.tokenize(prefixed)
+    assert max(tokens.lengths()) == embedder.max_seq_length
+    for run in ([0, 3, 20], [21], list(range(10, 20))):
+        alone = encoder.tokenize([prefixed[i] for i in run])
+        np.testing.assert_array_equal(tokens.rows(run).ids, alone.ids)
+        np.testing.assert_array_equal(tokens.rows(run).mask, alone.mask)
+    by_run = np.concatenate([encoder.encode([p]) for p in prefixed])
+    np.testing.assert_allclose(embedder.embed_passages(texts), by_run, atol=2e-6)
+
+
 def test_the_embedder_is_loaded_once_per_process(e5_folder: Path) -> None:
     first = load_embedder(e5_settings("onnx"))
     assert load_embedder(EmbeddingSettings(cache_dir=MODEL_CACHE, backend="onnx")) is first

@@ -16,7 +16,7 @@ from ragkb_core.ids import new_id
 from ragkb_core.kb_settings import KbAnalyzer, KbChunking
 from ragkb_core.settings import DatabaseSettings
 from ragkb_store.db.engine import build_engine, migrate_to, migrate_to_head, transaction
-from ragkb_store.db.models import Document, Job, JobItem, KnowledgeBase, utcnow
+from ragkb_store.db.models import Base, Document, Job, JobItem, KnowledgeBase, utcnow
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.progress import refresh_job
 from ragkb_store.reindexing import IndexState, ReindexTarget
@@ -58,6 +58,33 @@ def test_migrations_create_every_table_and_run_twice(database_url: str) -> None:
     migrate_to_head(engine)
     migrate_to_head(engine)
     assert {"knowledge_bases", "documents", "jobs", "alembic_version"} <= set(inspect(engine).get_table_names())
+    engine.dispose()
+
+
+def test_migrations_create_every_index_the_models_declare(database_url: str) -> None:
+    engine = build_engine(DatabaseSettings(url=database_url))
+    migrate_to_head(engine)
+    inspector = inspect(engine)
+    for table in Base.metadata.sorted_tables:
+        declared = {index.name for index in table.indexes}
+        assert declared <= {index["name"] for index in inspector.get_indexes(table.name)}, table.name
+    engine.dispose()
+
+
+def test_a_batchs_ingest_jobs_are_found_by_index_not_by_reading_every_job(database_url: str) -> None:
+    """Claiming and finishing a batch mark its documents' open ingest jobs; the jobs table holds a row per upload
+    ever made, so the lookup must go through ix_jobs_document (SQLite's plan said SCAN jobs before 0018)."""
+    if not database_url.startswith("sqlite"):
+        pytest.skip("the plan is read from SQLite's EXPLAIN QUERY PLAN; PostgreSQL plans by its statistics")
+    engine = build_engine(DatabaseSettings(url=database_url))
+    migrate_to_head(engine)
+    lookup = (
+        "UPDATE jobs SET status = 'running' WHERE document_id IN ('a', 'b') AND kind = 'ingest' "
+        "AND status IN ('queued', 'running')"
+    )
+    with engine.connect() as connection:
+        plan = " ".join(str(row[-1]) for row in connection.execute(text("EXPLAIN QUERY PLAN " + lookup)))
+    assert "ix_jobs_document" in plan and "SCAN jobs" not in plan, plan
     engine.dispose()
 
 

@@ -85,16 +85,21 @@ class RetrieverClient:
 
     # -- documents: the live generation, or the one given --------------------------------------------
 
+    # The points go out as pydantic's own JSON (bytes, UTF-8): dumping them to dicts for httpx's json.dumps took
+    # 5.6× the CPU (0.20 against 0.035 ms per short document) and escaped every non-ASCII character.
+
     def write_document(self, points: DocumentPoints, *, generation: int | None = None) -> DocumentWriteResult:
-        body = points.model_dump(mode="json")
         path = f"/kbs/{points.kb_id}/documents/{points.document_id}"
-        data = self._call("PUT", path, json=body, params=_present(generation=generation))
+        data = self._call(
+            "PUT", path, content=points.model_dump_json(), headers=JSON_CONTENT, params=_present(generation=generation)
+        )
         return DocumentWriteResult.model_validate(data)
 
     def write_documents(self, kb_id: str, documents: list[DocumentPoints]) -> DocumentWriteResult:
         """Several documents of one KB in one call and one index upsert (a batch of short documents)."""
-        body = DocumentBatch(documents=documents).model_dump(mode="json")
-        return DocumentWriteResult.model_validate(self._call("PUT", f"/kbs/{kb_id}/documents", json=body))
+        body = DocumentBatch(documents=documents).model_dump_json()
+        data = self._call("PUT", f"/kbs/{kb_id}/documents", content=body, headers=JSON_CONTENT)
+        return DocumentWriteResult.model_validate(data)
 
     def delete_document(
         self,

@@ -72,6 +72,14 @@ class Embedder:
     def embed_passages(self, texts: Sequence[str]) -> NDArray[np.float32]:
         prefixed = [self._passage_prefix + text for text in texts]
         vectors = np.empty((len(prefixed), self.dimension), dtype=np.float32)
+        if prefixed and isinstance(self._encoder, OnnxEncoder):
+            # Tokenised once: the runs are planned on the lengths the model is given, and each run's rows are
+            # the arrays tokenising its texts alone would give (identical vectors). Tokenising again per run
+            # cost ~1 % of a task process's time on short documents (bench/ingest_profile.py).
+            tokens = self._encoder.tokenize(prefixed)
+            for run in plan_runs(tokens.lengths(), self._batch_size, TOKENS_PER_RUN, self.max_padding_share):
+                vectors[run] = self._encoder.encode_tokens(tokens.rows(run))
+            return vectors
         for run in plan_runs(self._lengths(prefixed), self._batch_size, TOKENS_PER_RUN, self.max_padding_share):
             vectors[run] = self._encoder.encode([prefixed[i] for i in run])
         return vectors

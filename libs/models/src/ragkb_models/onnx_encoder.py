@@ -131,6 +131,25 @@ def _nodes_reading(graph_path: Path, weight_patterns: Sequence[str]) -> list[str
     return [node.name for node in graph.node if weights.intersection(node.input)]
 
 
+@dataclass(frozen=True)
+class Tokens:
+    """Token ids and attention masks of texts, one row each, padded on the right to the longest of them."""
+
+    ids: NDArray[np.int64]
+    mask: NDArray[np.int64]
+
+    def lengths(self) -> list[int]:
+        """Each text's tokens, special tokens included, truncated at the model's limit."""
+        lengths: list[int] = self.mask.sum(axis=1).tolist()
+        return lengths
+
+    def rows(self, run: Sequence[int]) -> Tokens:
+        """The rows of `run`, trimmed to the longest of them: what tokenising those texts alone gives."""
+        mask = self.mask[list(run)]
+        width = int(mask.sum(axis=1).max())
+        return Tokens(self.ids[list(run), :width], mask[:, :width])
+
+
 class OnnxEncoder:
     """Encodes already-prefixed texts into L2-normalised vectors with one ONNX Runtime session."""
 
@@ -142,12 +161,18 @@ class OnnxEncoder:
         self.dimension = int(self._session.get_outputs()[0].shape[-1])
 
     def encode(self, texts: Sequence[str]) -> NDArray[np.float32]:
+        return self.encode_tokens(self.tokenize(texts))
+
+    def tokenize(self, texts: Sequence[str]) -> Tokens:
         # One text (a query) is tokenised on this thread; a batch goes through the tokenizer's thread pool,
         # whose wake-up would only add to a batch of one.
         encodings = [self._tokenizer.encode(texts[0])] if len(texts) == 1 else self._tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
-        (vectors,) = self._session.run([OUTPUT_NAME], dict(zip(INPUT_NAMES, (ids, mask), strict=True)))
+        return Tokens(ids, mask)
+
+    def encode_tokens(self, tokens: Tokens) -> NDArray[np.float32]:
+        (vectors,) = self._session.run([OUTPUT_NAME], dict(zip(INPUT_NAMES, (tokens.ids, tokens.mask), strict=True)))
         return np.asarray(vectors, dtype=np.float32)
 
 

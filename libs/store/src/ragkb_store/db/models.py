@@ -153,7 +153,9 @@ class Job(Base):
     those items'."""
 
     __tablename__ = "jobs"
-    __table_args__ = (Index("ix_jobs_kb", "kb_id"),)
+    # ix_jobs_document: a batch's claim and its finish each look up their documents' open ingest jobs; without
+    # it every lookup read the whole table, one row per upload ever made (migration 0018).
+    __table_args__ = (Index("ix_jobs_kb", "kb_id"), Index("ix_jobs_document", "document_id"))
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(20))
