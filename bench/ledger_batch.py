@@ -18,6 +18,7 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,7 +30,7 @@ import ragkb_store
 from ragkb_core.ids import new_id
 from ragkb_core.settings import DatabaseSettings
 from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head, transaction
-from ragkb_store.db.models import Job, KnowledgeBase
+from ragkb_store.db.models import Document, Job, KnowledgeBase
 from ragkb_store.ledger import BuiltVersion, Claim, DocumentLedger, NewVersion
 
 T = TypeVar("T")
@@ -64,12 +65,24 @@ def timed(seconds: dict[str, float], name: str, step: Callable[..., T], *args: A
 
 
 def record_history(sessions: sessionmaker[Session], kb_id: str, uploads: int) -> None:
-    """`uploads` finished ingest runs of documents of the KB, as earlier uploads leave them."""
+    """`uploads` documents of the KB, indexed, each with its finished ingest run, as earlier uploads leave them."""
     finished = {"kind": "ingest", "kb_id": kb_id, "status": "succeeded", "counts": {}, "errors": [], "params": {}}
+    indexed = {"kb_id": kb_id, "title": "t", "media_type": "text/markdown", "size_bytes": 100, "status": "done"}
     for start in range(0, uploads, 10_000):
-        rows = [finished | {"id": new_id(), "document_id": new_id()} for _ in range(min(10_000, uploads - start))]
+        ids = [new_id() for _ in range(min(10_000, uploads - start))]
+        documents = [indexed | {"id": i, "source_id": f"old-{i}.md", "blob_sha256": i.ljust(64, "0")} for i in ids]
         with transaction(sessions) as session:
-            session.execute(insert(Job), rows)
+            session.execute(insert(Document), documents)
+            session.execute(insert(Job), [finished | {"id": new_id(), "document_id": i} for i in ids])
+
+
+def sweep(ledger: DocumentLedger) -> dict[str, float]:
+    """CPU and wall ms of the statements the worker's sweeper runs every 30 s (ragkb_worker.sweeper)."""
+    seconds: dict[str, float] = {}
+    timed(seconds, "sweep", ledger.release_expired_leases)
+    timed(seconds, "sweep", ledger.pending_older_than, timedelta(minutes=5))
+    timed(seconds, "sweep", ledger.finish_overdue_jobs, 3600.0)
+    return {"cpu_ms": round(1000 * seconds["sweep"], 2), "wall_ms": round(1000 * seconds["wall sweep"], 2)}
 
 
 def run_batches(sessions: sessionmaker[Session], batches: int, batch: int, history: int = 0) -> dict[str, float]:
@@ -92,7 +105,7 @@ def run_batches(sessions: sessionmaker[Session], batches: int, batch: int, histo
         builds = [BuiltVersion(current[c.document_id], 1, {"embed": 0.01}, {"chunks": 1}, None) for c in claims]
         finished = timed(seconds, "finish_many", ledger.finish_many, builds)
         assert len(finished.finished) == batch, "every version of the batch goes live"
-    return seconds
+    return seconds | {f"sweep {name}": ms for name, ms in sweep(ledger).items()}
 
 
 def main() -> None:
@@ -124,6 +137,9 @@ def main() -> None:
         "batch": args.batch,
         "history": args.history,
         "repeats": args.repeats,
+        "one_sweep": {
+            name: round(statistics.median(run[f"sweep {name}"] for run in runs), 2) for name in ("cpu_ms", "wall_ms")
+        },
         "cpu_ms_per_document": per_document(TRANSITIONS),
         "wall_ms_per_document": {
             name.removeprefix("wall "): ms for name, ms in per_document(tuple(f"wall {t}" for t in TRANSITIONS)).items()
@@ -140,6 +156,9 @@ def main() -> None:
                 f"| {name} | {ms} | {result['wall_ms_per_document'][name]} |"
                 for name, ms in result["cpu_ms_per_document"].items()
             ),
+            "",
+            f"One sweep (the worker's sweeper, every 30 s): {result['one_sweep']['cpu_ms']} ms CPU, "
+            f"{result['one_sweep']['wall_ms']} ms wall.",
         ]
     )
     save_result(f"ledger-batch-{args.label}", result, table)

@@ -71,20 +71,34 @@ def test_migrations_create_every_index_the_models_declare(database_url: str) -> 
     engine.dispose()
 
 
-def test_a_batchs_ingest_jobs_are_found_by_index_not_by_reading_every_job(database_url: str) -> None:
-    """Claiming and finishing a batch mark its documents' open ingest jobs; the jobs table holds a row per upload
-    ever made, so the lookup must go through ix_jobs_document (SQLite's plan said SCAN jobs before 0018)."""
+@pytest.mark.parametrize(
+    ("lookup", "index"),
+    [
+        # A batch's claim and finish mark its documents' open ingest jobs.
+        (
+            "UPDATE jobs SET status = 'running' WHERE document_id IN ('a', 'b') AND kind = 'ingest' "
+            "AND status IN ('queued', 'running')",
+            "ix_jobs_document",
+        ),
+        # The sweeper, every 30 s, across KBs.
+        ("SELECT id FROM documents WHERE status = 'processing' AND lease_until < '2026-01-01'", "ix_documents_status"),
+        ("SELECT id FROM documents WHERE status = 'pending' AND updated_at < '2026-01-01'", "ix_documents_status"),
+        (
+            "SELECT id FROM jobs WHERE status IN ('queued', 'running') AND kind != 'ingest' AND created_at < '2026'",
+            "ix_jobs_status",
+        ),
+    ],
+)
+def test_the_ledgers_lookups_go_through_an_index_not_every_row(database_url: str, lookup: str, index: str) -> None:
+    """The jobs and documents tables hold a row per upload ever made: SQLite's plan said SCAN for each of these
+    before migration 0018."""
     if not database_url.startswith("sqlite"):
         pytest.skip("the plan is read from SQLite's EXPLAIN QUERY PLAN; PostgreSQL plans by its statistics")
     engine = build_engine(DatabaseSettings(url=database_url))
     migrate_to_head(engine)
-    lookup = (
-        "UPDATE jobs SET status = 'running' WHERE document_id IN ('a', 'b') AND kind = 'ingest' "
-        "AND status IN ('queued', 'running')"
-    )
     with engine.connect() as connection:
         plan = " ".join(str(row[-1]) for row in connection.execute(text("EXPLAIN QUERY PLAN " + lookup)))
-    assert "ix_jobs_document" in plan and "SCAN jobs" not in plan, plan
+    assert index in plan and "SCAN" not in plan, plan
     engine.dispose()
 
 

@@ -65,6 +65,9 @@ class Document(Base):
         UniqueConstraint("kb_id", "source_id", name="uq_documents_kb_source"),
         Index("ix_documents_kb_status", "kb_id", "status"),
         Index("ix_documents_blob", "blob_sha256"),
+        # The sweeper's every-30-s reads (expired leases, pending documents whose message may be lost) across
+        # KBs: without it each read every document (migration 0018).
+        Index("ix_documents_status", "status"),
     )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
@@ -153,9 +156,15 @@ class Job(Base):
     those items'."""
 
     __tablename__ = "jobs"
-    # ix_jobs_document: a batch's claim and its finish each look up their documents' open ingest jobs; without
-    # it every lookup read the whole table, one row per upload ever made (migration 0018).
-    __table_args__ = (Index("ix_jobs_kb", "kb_id"), Index("ix_jobs_document", "document_id"))
+    # ix_jobs_document: a batch's claim and its finish each look up their documents' open ingest jobs (all three
+    # columns, so that SQLite's planner prefers it to ix_jobs_status: in a bulk import every job is queued);
+    # ix_jobs_status: the sweeper looks for overdue open jobs every 30 s. Without them each read the whole table,
+    # one row per upload ever made (migration 0018).
+    __table_args__ = (
+        Index("ix_jobs_kb", "kb_id"),
+        Index("ix_jobs_document", "document_id", "kind", "status"),
+        Index("ix_jobs_status", "status"),
+    )
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(20))
