@@ -75,7 +75,7 @@ class Embedder:
         if prefixed and isinstance(self._encoder, OnnxEncoder):
             # Tokenised once: the runs are planned on the lengths the model is given, and each run's rows are
             # the arrays tokenising its texts alone would give (identical vectors). Tokenising again per run
-            # cost ~1 % of a task process's time on short documents (bench/ingest_profile.py).
+            # cost ~1 % of a task process's time on short documents (py-spy of a whole JSQuAD import).
             tokens = self._encoder.tokenize(prefixed)
             for run in plan_runs(tokens.lengths(), self._batch_size, TOKENS_PER_RUN, self.max_padding_share):
                 vectors[run] = self._encoder.encode_tokens(tokens.rows(run))

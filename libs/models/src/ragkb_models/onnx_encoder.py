@@ -145,9 +145,10 @@ class Tokens:
 
     def rows(self, run: Sequence[int]) -> Tokens:
         """The rows of `run`, trimmed to the longest of them: what tokenising those texts alone gives."""
-        mask = self.mask[list(run)]
+        rows = list(run)
+        mask = self.mask[rows]
         width = int(mask.sum(axis=1).max())
-        return Tokens(self.ids[list(run), :width], mask[:, :width])
+        return Tokens(self.ids[rows, :width], mask[:, :width])
 
 
 class OnnxEncoder:
