@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import DATA, REPO, read_jsonl, save_result
+from common import DATA, REPO, read_jsonl, save_result, settings_of, split_arm
 from ingest import raw_encode_rate
 from ingest_profile import ingest, warm_up
 from processes import stack_processes
@@ -32,8 +32,8 @@ from ragkb_cli.stack import private_stack
 
 def parse_arm(arm: str) -> tuple[int, dict[str, str]]:
     """`8` or `8:KEY=VALUE,KEY=VALUE`: the batch size and the arm's own settings."""
-    size, _, settings = arm.partition(":")
-    return int(size), dict(pair.split("=", 1) for pair in settings.split(",") if pair)
+    size, settings = split_arm(arm)
+    return int(size), settings
 
 
 def run_arm(documents: list[dict[str, Any]], arm: str, extra_env: dict[str, str]) -> dict[str, Any]:
@@ -124,7 +124,7 @@ def main() -> None:
     parser.add_argument("--label", default="", help="added to the result files' name")
     args = parser.parse_args()
     documents = list(read_jsonl(DATA / args.corpus / "corpus.jsonl"))[: args.documents]
-    extra_env = dict(pair.split("=", 1) for pair in args.env)
+    extra_env = settings_of(args.env)
     runs = []
     for round_number in range(args.rounds):
         arms = args.arms if round_number % 2 == 0 else list(reversed(args.arms))

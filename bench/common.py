@@ -7,7 +7,7 @@ import math
 import os
 import platform
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -118,6 +118,20 @@ def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     index = min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))
     return ordered[index]
+
+
+def settings_of(pairs: Iterable[str]) -> dict[str, str]:
+    """KEY=VALUE arguments (a bench's --env, an arm's own settings) as environment overrides of a stack."""
+    given = [pair for pair in pairs if pair]
+    if bad := [pair for pair in given if "=" not in pair]:
+        raise SystemExit(f"not KEY=VALUE: {bad}")
+    return dict(pair.split("=", 1) for pair in given)
+
+
+def split_arm(arm: str) -> tuple[str, dict[str, str]]:
+    """`NAME` or `NAME:KEY=VALUE,KEY=VALUE`: an arm's name and its own settings."""
+    name, _, settings = arm.partition(":")
+    return name, settings_of(settings.split(","))
 
 
 def save_result(name: str, result: dict[str, Any], table: str | None = None) -> Path:

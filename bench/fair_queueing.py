@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import DATA, REPO, read_jsonl, save_result
+from common import DATA, REPO, read_jsonl, save_result, settings_of
 from ingest import upload_all
 
 from ragkb_cli.stack import private_stack
@@ -34,7 +34,7 @@ POLL_S = 0.2
 
 
 def measure_mode(mode: str, documents: list[dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
-    overrides = {"RAGKB_JOBS__FAIR_QUEUEING": MODES[mode], **dict(pair.split("=", 1) for pair in args.env)}
+    overrides = {"RAGKB_JOBS__FAIR_QUEUEING": MODES[mode], **settings_of(args.env)}
     with (
         tempfile.TemporaryDirectory(prefix="ragkb-bench-") as workdir,
         private_stack(REPO, Path(workdir), **overrides) as stack,

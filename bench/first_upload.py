@@ -18,16 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import REPO, save_result
+from common import REPO, save_result, split_arm
 
 from ragkb_cli.stack import private_stack
 
 NOTE = "# Expenses\n\nReceipts are uploaded within 30 days of the trip; the finance team pays them monthly."
-
-
-def parse_arm(arm: str) -> tuple[str, dict[str, str]]:
-    name, _, settings = arm.partition(":")
-    return name, dict(pair.split("=", 1) for pair in settings.split(",") if pair)
 
 
 def first_upload_seconds(env: dict[str, str], wait_s: float) -> float:
@@ -79,13 +74,13 @@ def main() -> None:
         arms = args.arms if round_number % 2 == 0 else list(reversed(args.arms))
         for wait_s in args.wait_s:
             for arm in arms:
-                name, env = parse_arm(arm)
+                name, env = split_arm(arm)
                 seconds = first_upload_seconds(env, wait_s)
                 runs.append({"arm": name, "wait_s": wait_s, "round": round_number, "seconds": round(seconds, 3)})
                 print(runs[-1], flush=True)
     summary = []
     for arm in args.arms:
-        name = parse_arm(arm)[0]
+        name = split_arm(arm)[0]
         for wait_s in args.wait_s:
             own = [run["seconds"] for run in runs if run["arm"] == name and run["wait_s"] == wait_s]
             summary.append({"arm": name, "wait_s": wait_s, "seconds": own, "median_s": statistics.median(own)})

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import DATA, REPO, RESULTS, read_jsonl, save_result
+from common import DATA, REPO, RESULTS, read_jsonl, save_result, settings_of
 from ingest import raw_encode_rate
 from processes import stack_processes
 
@@ -163,7 +163,7 @@ def ingest(http: httpx.Client, documents: list[dict[str, Any]]) -> tuple[str, fl
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     documents = list(read_jsonl(DATA / args.corpus / "corpus.jsonl"))[: args.documents]
-    overrides = dict(pair.split("=", 1) for pair in args.env)
+    overrides = settings_of(args.env)
     samples_dir = RESULTS / f"ingest-profile-{args.label}-samples"
     shutil.rmtree(samples_dir, ignore_errors=True)
     samples_dir.mkdir(parents=True)

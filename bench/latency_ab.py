@@ -39,7 +39,7 @@ from typing import Any
 
 import httpx
 import scale
-from common import DATA, REPO, percentile, read_jsonl, save_result
+from common import DATA, REPO, percentile, read_jsonl, save_result, settings_of
 from profile_search import cpu_seconds, server_timing, service_pids
 
 from ragkb_cli.stack import PrivateStack, private_stack
@@ -255,13 +255,6 @@ def markdown(result: dict[str, Any]) -> str:
             "point id, which differs between the two stacks' KBs).",
         ]
     return "\n".join(lines) + "\n"
-
-
-def settings_of(pairs: list[str]) -> dict[str, str]:
-    """K=V arguments as environment overrides of a stack."""
-    if bad := [pair for pair in pairs if "=" not in pair]:
-        raise SystemExit(f"not K=V: {bad}")
-    return dict(pair.split("=", 1) for pair in pairs)
 
 
 def main() -> None:
