@@ -26,12 +26,14 @@ from typing import Any
 PROC = Path("/proc")
 LISTEN = "0A"  # the TCP state column of /proc/net/tcp for a listening socket
 ROLES = ("ragkb_api", "ragkb_retriever", "ragkb_worker")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass
 class Sample:
     rss_mb: float
     pss_mb: float | None
+    cpu_s: float | None  # user + system CPU seconds since the process started
 
 
 @dataclass
@@ -49,7 +51,13 @@ class ProcessTrace:
             "rss_mb_peak": round(max(s.rss_mb for s in self.samples), 1),
             "rss_mb_end": round(self.samples[-1].rss_mb, 1),
             "pss_mb_peak": round(max(pss), 1) if pss else None,
+            "cpu_s": self.cpu_seconds(),
         }
+
+    def cpu_seconds(self) -> float | None:
+        """CPU the process used between the first and the last sample: where a pipeline's time goes by role."""
+        first, last = self.samples[0].cpu_s, self.samples[-1].cpu_s
+        return None if first is None or last is None else round(last - first, 2)
 
 
 def listening_pid(port: int) -> int | None:
@@ -113,7 +121,8 @@ class ProcessMemory:
             self._thread.start()
 
     def stop(self) -> dict[str, Any]:
-        """Per process: RSS at the start, peak and end, and peak PSS; plus each role's summed peak PSS."""
+        """Per process: RSS at the start, peak and end, peak PSS and the CPU seconds it used; plus each role's summed
+        peak PSS and CPU seconds."""
         if self.unavailable is not None:
             return {"unavailable": self.unavailable}
         self._stop.set()
@@ -121,14 +130,12 @@ class ProcessMemory:
         self._sample(with_pss=True)
         processes = [trace.summary() for trace in self._traces.values() if trace.samples]
         processes.sort(key=lambda row: (ROLES.index(row["role"]), row["pid"]))
-        totals: dict[str, float] = {}
-        for row in processes:
-            totals[row["role"]] = round(totals.get(row["role"], 0.0) + (row["pss_mb_peak"] or 0.0), 1)
         return {
             "interval_s": self.interval_s,
             "pss_interval_s": self.interval_s * self.pss_every,
             "processes": processes,
-            "pss_mb_peak_by_role": totals,
+            "pss_mb_peak_by_role": _by_role(processes, "pss_mb_peak", 1),
+            "cpu_s_by_role": _by_role(processes, "cpu_s", 2),
         }
 
     def _run(self) -> None:
@@ -142,9 +149,16 @@ class ProcessMemory:
                 trace.samples.append(sample)
 
 
+def _by_role(processes: list[dict[str, Any]], key: str, digits: int) -> dict[str, float]:
+    totals: dict[str, float] = {}
+    for row in processes:
+        totals[row["role"]] = round(totals.get(row["role"], 0.0) + (row[key] or 0.0), digits)
+    return totals
+
+
 def read_memory(pid: int, with_pss: bool = True) -> Sample | None:
-    """RSS from /proc/PID/status and, `with_pss`, PSS from /proc/PID/smaps_rollup (None where the kernel has no
-    rollup)."""
+    """RSS from /proc/PID/status, CPU seconds from /proc/PID/stat and, `with_pss`, PSS from
+    /proc/PID/smaps_rollup (None where the kernel has no rollup)."""
     try:
         rss_kb = _kb_field((PROC / str(pid) / "status").read_text(), "VmRSS:")
     except OSError:
@@ -157,20 +171,31 @@ def read_memory(pid: int, with_pss: bool = True) -> Sample | None:
             pss_kb = None
     if rss_kb is None:
         return None
-    return Sample(rss_kb / 1024, None if pss_kb is None else pss_kb / 1024)
+    return Sample(rss_kb / 1024, None if pss_kb is None else pss_kb / 1024, cpu_seconds(pid))
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of a process (fields 14 and 15 of /proc/PID/stat, in clock ticks)."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    # As in _parent: the fields after the command name's last ")" are plain; utime and stime are its 12th, 13th.
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
 def memory_table(memory: dict[str, Any]) -> str:
     if "unavailable" in memory:
         return f"process memory: not measured ({memory['unavailable']})"
     lines = [
-        "| process | pid | RSS start MB | RSS peak MB | RSS end MB | PSS peak MB |",
-        "|---|---|---|---|---|---|",
+        "| process | pid | RSS start MB | RSS peak MB | RSS end MB | PSS peak MB | CPU s |",
+        "|---|---|---|---|---|---|---|",
     ]
     for row in memory["processes"]:
         lines.append(
             f"| {row['role']} | {row['pid']} | {row['rss_mb_start']} | {row['rss_mb_peak']} | {row['rss_mb_end']} | "
-            f"{row['pss_mb_peak']} |"
+            f"{row['pss_mb_peak']} | {row.get('cpu_s')} |"
         )
     return "\n".join(lines)
 

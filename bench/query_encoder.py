@@ -9,7 +9,8 @@ by the packaged e5 on one ONNX Runtime thread, a batch of one, as the retriever 
 - fp32: the float32 graph (the default);
 - int8: the passage int8 graph (`chunking.passage_precision=int8`; before issue 20 also the query int8 graph):
   every MatMul, the fused attention's Q/K/V projection and the embedding tables in int8;
-- int8-query: the retriever's int8 query graph (`RAGKB_RETRIEVER__QUERY_INT8`, ragkb_models.onnx_encoder.QUERY_INT8);
+- int8-mixed: the retriever's int8 query graph (`RAGKB_RETRIEVER__QUERY_INT8`, ragkb_models.onnx_encoder.MIXED_INT8),
+  also the graph of `chunking.passage_precision=int8-mixed`;
 - the candidate recipes of CANDIDATES, built here from the float32 graph into the bench cache (how the query
   recipe was chosen; README, Benchmarks).
 
@@ -56,12 +57,12 @@ WARM_UP_QUERIES = 20
 # Candidate recipes of the int8 query graph, each built from the float32 graph like the passages' int8 graph
 # (every MatMul, the attention's Q/K/V projection and the embedding tables) but for the MatMuls kept in float32:
 # FFN down-projections (`output.dense`, not the attention's `attention.output.dense`), the ones that moved the
-# query vectors most when quantised alone (`--sensitivity`, on training questions). int8-query is layers 0, 4, 5.
+# query vectors most when quantised alone (`--sensitivity`, on training questions). int8-mixed is layers 0, 4, 5.
 CANDIDATES: dict[str, Int8Recipe] = {
     "int8 ffn-down-4-fp32": Int8Recipe(float_weights=(r"encoder\.layer\.4\.output\.dense\.weight",)),
     "int8 ffn-down-fp32": Int8Recipe(float_weights=(r"encoder\.layer\.\d+\.output\.dense\.weight",)),
 }
-BACKENDS = {"fp32": "onnx", "int8": "onnx-int8", "int8-query": "onnx-int8-query"}
+BACKENDS = {"fp32": "onnx", "int8": "onnx-int8", "int8-mixed": "onnx-int8-mixed"}
 
 
 def query_embedder(graph: str) -> Embedder:

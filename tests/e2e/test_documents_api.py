@@ -262,10 +262,10 @@ def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: Running
     assert ragkb.client.patch("/v1/knowledge-bases/nope", json={"name": "x"}).status_code == 404
 
 
-def test_a_kb_with_int8_passages_answers_as_its_float32_twin_does(ragkb: RunningRagkb) -> None:
+def test_kbs_with_int8_passages_answer_as_their_float32_twin_does(ragkb: RunningRagkb) -> None:
     text = "The server room door code changes on the first Monday of every month."
     kbs = {}
-    for precision in ("float32", "int8"):
+    for precision in ("float32", "int8", "int8-mixed"):
         created = ragkb.client.post(
             "/v1/knowledge-bases",
             json={"name": f"precision-{precision}", "chunking": {"passage_precision": precision}},
@@ -283,9 +283,11 @@ def test_a_kb_with_int8_passages_answers_as_its_float32_twin_does(ragkb: Running
         (hit,) = response.json()["results"]
         assert hit["text"] == text
         scores[precision] = hit["score"]
-    # The same passage, embedded by the int8 graph: its cosine to the (float32) query moves a little, no more.
-    assert scores["int8"] != scores["float32"]
-    assert abs(scores["int8"] - scores["float32"]) < 0.01, scores
+    # The same passage, embedded by an int8 graph: its cosine to the (float32) query moves a little, no more.
+    for precision in ("int8", "int8-mixed"):
+        assert scores[precision] != scores["float32"]
+        assert abs(scores[precision] - scores["float32"]) < 0.01, scores
+    assert scores["int8-mixed"] != scores["int8"]  # two graphs
 
 
 def test_kb_noise_patterns_drop_boilerplate_lines(ragkb: RunningRagkb) -> None:

@@ -143,7 +143,8 @@ def test_documents_pending_when_redis_restarts_are_queued_again_at_once(
     kb_id = stack.create_kb("redis-restart")
     with stack.paused("ragkb_worker"):  # the messages wait in Redis, and die with it
         documents = [upload_text(stack, kb_id, f"Locker {n} holds the spare fuses of floor {n}.") for n in range(5)]
-        assert int(broker.client().llen("ingest")) >= len(documents) - 1  # (one may sit in a blocked read)
+        queued = int(broker.client().llen("ingest"))
+        assert queued >= len(documents) - 1  # (one may sit in a blocked read)
         broker.restart()  # started as this machine's Redis is: nothing persisted
         assert int(broker.client().llen("ingest")) == 0
     started = time.monotonic()
@@ -151,7 +152,11 @@ def test_documents_pending_when_redis_restarts_are_queued_again_at_once(
         done = stack.wait_document(kb_id, document["id"], timeout_s=AFTER_BROKER_RESTART_TIMEOUT_S)
         assert done["status"] == "done", done
     assert time.monotonic() - started < AFTER_BROKER_RESTART_TIMEOUT_S
-    assert "re-sending" in stack.log_path.read_text()
+    if queued == len(documents):
+        # Every message died with the broker: only the sweeper's re-send can have brought them back. A message
+        # held in a blocked read survives the restart instead, and its task may take all five as its batch
+        # before the sweeper looks (seen once in a full run), so then nothing is left to re-send.
+        assert "re-sending" in stack.log_path.read_text()
 
 
 def test_a_worker_told_to_stop_mid_task_stops_within_its_bound_and_the_document_still_ends_done(

@@ -25,7 +25,7 @@ from numpy.typing import NDArray
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models import E5_MODEL_NAME, Backend, Embedder, EmbedderPool, convert_e5, load_embedder
 from ragkb_models.embedder import build_embedder_files
-from ragkb_models.onnx_encoder import QUERY_INT8, Precision, ensure_onnx_model
+from ragkb_models.onnx_encoder import MIXED_INT8, Precision, ensure_onnx_model
 
 pytestmark = pytest.mark.integration
 
@@ -261,11 +261,28 @@ def test_a_kbs_int8_passages_come_from_the_int8_graph_and_stay_close_to_float32(
     assert np.array_equal(pool.get().embed_query("有給休暇"), float32.embed_query("有給休暇"))
 
 
+def test_a_kbs_int8_mixed_passages_come_from_the_mixed_graph_and_keep_more_of_float32_than_int8(
+    e5_folder: Path, agreement_texts: list[str]
+) -> None:
+    pool = EmbedderPool(e5_settings("onnx"))
+    mixed = pool.get(None, "int8-mixed")
+    assert mixed is not pool.get(None, "int8") and mixed is pool.get(E5_MODEL_NAME, "int8-mixed")
+    exact = pool.get(None, "float32").embed_passages(agreement_texts)
+    mixed_vectors = mixed.embed_passages(agreement_texts)
+    # The same graph as the retriever's int8 queries: one file, built once.
+    assert np.array_equal(mixed_vectors, load_embedder(e5_settings("onnx-int8-mixed")).embed_passages(agreement_texts))
+    mixed_loss = 1 - np.sum(exact * mixed_vectors, axis=1)
+    int8_loss = 1 - np.sum(exact * pool.get(None, "int8").embed_passages(agreement_texts), axis=1)
+    assert mixed_loss.max() <= 0.01, mixed_loss.max()
+    # What it is for: the three float32 products keep more of each vector than every product in int8 does.
+    assert mixed_loss.mean() < 0.75 * int8_loss.mean(), (mixed_loss.mean(), int8_loss.mean())
+
+
 def test_the_query_int8_graph_is_its_own_file_and_stays_close_to_float32(e5_folder: Path) -> None:
     float32, passage_int8, query_int8 = (
-        load_embedder(e5_settings(b)) for b in ("onnx", "onnx-int8", "onnx-int8-query")
+        load_embedder(e5_settings(b)) for b in ("onnx", "onnx-int8", "onnx-int8-mixed")
     )
-    assert ensure_onnx_model(e5_folder, "int8-query") != ensure_onnx_model(e5_folder, "int8")
+    assert ensure_onnx_model(e5_folder, "int8-mixed") != ensure_onnx_model(e5_folder, "int8")
     queries = JAPANESE_EXTRAS[:1] + ENGLISH_EXTRAS[:1] + ["梅雨とは何季の一種か?", "vitamin D and bone fractures"]
     exact, quantised, passage_graph = (
         np.array([e.embed_query(q) for q in queries]) for e in (float32, query_int8, passage_int8)
@@ -279,20 +296,20 @@ def test_the_query_int8_graph_is_its_own_file_and_stays_close_to_float32(e5_fold
 def test_the_query_int8_graph_keeps_the_ffn_down_projections_of_its_recipe_in_float32(e5_folder: Path) -> None:
     float_weights = {
         node.input[1]
-        for node in onnx.load(str(ensure_onnx_model(e5_folder, "int8-query"))).graph.node
+        for node in onnx.load(str(ensure_onnx_model(e5_folder, "int8-mixed"))).graph.node
         if node.op_type == "MatMul"
     }
-    assert float_weights and all(any(re.fullmatch(p, w) for p in QUERY_INT8.float_weights) for w in float_weights)
+    assert float_weights and all(any(re.fullmatch(p, w) for p in MIXED_INT8.float_weights) for w in float_weights)
     passage_graph = onnx.load(str(ensure_onnx_model(e5_folder, "int8"))).graph.node
     assert not [node for node in passage_graph if node.op_type == "MatMul"]  # passages: every MatMul in int8
 
 
 def test_onnx_graphs_are_built_once(e5_folder: Path) -> None:
     load_embedder(e5_settings("onnx-int8"))
-    load_embedder(e5_settings("onnx-int8-query"))
+    load_embedder(e5_settings("onnx-int8-mixed"))
     graphs = {path.name: path.stat().st_mtime_ns for path in (e5_folder / "onnx").glob("*.onnx")}
-    assert sorted(graphs) == ["model.onnx", "model_int8.onnx", "model_int8_query.onnx"]
-    precisions: list[Precision] = ["fp32", "int8", "int8-query"]
+    assert sorted(graphs) == ["model.onnx", "model_int8.onnx", "model_int8_mixed.onnx"]
+    precisions: list[Precision] = ["fp32", "int8", "int8-mixed"]
     for precision in precisions:
         path = ensure_onnx_model(e5_folder, precision)
         assert path.stat().st_mtime_ns == graphs[path.name]
@@ -303,7 +320,7 @@ def test_prepare_builds_the_graph_the_services_load_and_a_second_run_rebuilds_no
     prepare = [sys.executable, "-m", "ragkb_models.prepare"]
     subprocess.run(prepare, env=env, check=True, capture_output=True)
     # All three: KBs may ask for int8 passages, the retriever for int8 queries (RAGKB_RETRIEVER__QUERY_INT8).
-    graphs = [e5_folder / "onnx" / name for name in ("model.onnx", "model_int8.onnx", "model_int8_query.onnx")]
+    graphs = [e5_folder / "onnx" / name for name in ("model.onnx", "model_int8.onnx", "model_int8_mixed.onnx")]
     built = [graph.stat().st_mtime_ns for graph in graphs]
     again = subprocess.run(prepare, env=env, check=True, capture_output=True, text=True)
     assert f"{E5_MODEL_NAME} (onnx) ready in {MODEL_CACHE}" in again.stdout

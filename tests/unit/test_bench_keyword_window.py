@@ -5,28 +5,14 @@ A whitespace tokenizer stands in for the model's, so that token counts are word 
 
 from __future__ import annotations
 
-import importlib
 import re
-import sys
-from pathlib import Path
-from types import ModuleType
 
 from ragkb_core.kb_settings import KbChunking
 from ragkb_worker.chunking import Chunk, Chunker
 from ragkb_worker.parsing import parse
+from tests.support.bench import bench_module
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
-
-
-def _bench_module() -> ModuleType:
-    sys.path.insert(0, str(BENCH))
-    try:
-        return importlib.import_module("keyword_window")
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-_WINDOWS = _bench_module()
+_WINDOWS = bench_module("keyword_window")
 keyword_windows = _WINDOWS.keyword_windows
 neighbour_windows = _WINDOWS.neighbour_windows
 

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -72,8 +73,17 @@ def test_the_stack_is_found_from_its_api_port_and_each_process_sampled(
     assert worker["rss_mb_peak"] >= 64  # the 64 MiB block it holds
     assert worker["rss_mb_start"] <= worker["rss_mb_peak"] and worker["rss_mb_end"] <= worker["rss_mb_peak"]
     assert set(result["pss_mb_peak_by_role"]) == {"ragkb_api", "ragkb_worker"}
+    assert set(result["cpu_s_by_role"]) == {"ragkb_api", "ragkb_worker"} and worker["cpu_s"] >= 0
     table = processes.memory_table(result)
     assert table.splitlines()[0].startswith("| process | pid |") and len(table.splitlines()) == 4
+
+
+def test_cpu_seconds_count_what_a_process_used(processes: ModuleType) -> None:
+    before = processes.cpu_seconds(os.getpid())
+    busy_until = time.process_time() + 0.3
+    while time.process_time() < busy_until:
+        pass
+    assert processes.cpu_seconds(os.getpid()) - before >= 0.25
 
 
 def test_a_port_nobody_listens_on_is_said_not_guessed(processes: ModuleType) -> None:

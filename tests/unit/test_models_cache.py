@@ -76,13 +76,13 @@ def test_an_int8_graph_is_stale_once_its_quantisation_recipe_changes(
     from ragkb_models.cache import MARKER_NAME
 
     (tmp_path / MARKER_NAME).write_text('{"provenance": {"weights": "e5"}}')
-    graph = tmp_path / "model_int8_query.onnx"
-    built = onnx_encoder.graph_provenance(tmp_path, "int8-query")
+    graph = tmp_path / "model_int8_mixed.onnx"
+    built = onnx_encoder.graph_provenance(tmp_path, "int8-mixed")
     build_file(graph, built, lambda tmp: tmp.write_bytes(b"graph"))
-    assert file_is_complete(graph, onnx_encoder.graph_provenance(tmp_path, "int8-query"))
+    assert file_is_complete(graph, onnx_encoder.graph_provenance(tmp_path, "int8-mixed"))
 
     changed = onnx_encoder.Int8Recipe(float_weights=(r"encoder\.layer\.4\.output\.dense\.weight",))
-    monkeypatch.setitem(onnx_encoder.INT8_RECIPES, "int8-query", changed)
-    assert not file_is_complete(graph, onnx_encoder.graph_provenance(tmp_path, "int8-query"))
+    monkeypatch.setitem(onnx_encoder.INT8_RECIPES, "int8-mixed", changed)
+    assert not file_is_complete(graph, onnx_encoder.graph_provenance(tmp_path, "int8-mixed"))
     # The float32 graph carries no recipe: a recipe change never rebuilds it.
     assert "recipe" not in onnx_encoder.graph_provenance(tmp_path, "fp32")

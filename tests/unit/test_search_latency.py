@@ -130,7 +130,7 @@ def test_the_retriever_embeds_queries_on_its_cores_at_most_four_and_int8_only_wh
     int8 = query_embedding_settings(
         RetrieverSettings(retriever=RetrieverServerSettings(query_int8=True, embed_threads=2))
     )
-    assert (int8.backend, int8.threads) == ("onnx-int8-query", 2)
+    assert (int8.backend, int8.threads) == ("onnx-int8-mixed", 2)
     on_torch = query_embedding_settings(
         RetrieverSettings(
             retriever=RetrieverServerSettings(query_int8=True), embedding=EmbeddingSettings(backend="torch")

@@ -14,7 +14,7 @@ from ragkb_core.formats import EXTENSION_MEDIA_TYPES
 # What a document is: knowledge (answers) or reference (long authoritative originals, e.g. regulations).
 DocType = Literal["knowledge", "reference"]
 # The precision a KB's passages are embedded in; its queries are always embedded in float32.
-PassagePrecision = Literal["float32", "int8"]
+PassagePrecision = Literal["float32", "int8", "int8-mixed"]
 MAX_NOISE_PATTERNS = 50
 MAX_PATTERN_CHARS = 500
 
@@ -30,13 +30,14 @@ class KbChunking(BaseModel):
     # OCR (Japanese and English) of PDF pages without a text layer and of images; off: a scan fails with
     # that reason and images are refused at ingestion. Read when a document is parsed.
     ocr: bool = True
-    # int8: the packaged e5's passages through its int8 ONNX graph, ~1.6× the documents/s end to end. Its cost,
-    # queries float32 in both: offline (bench/int8_passages.py) nDCG@10 hybrid +0.0002 / −0.0007, dense
-    # −0.0019 / −0.0009 on SciFact / JSQuAD; through the service (bench/quality.py, the same stack and hour) on
-    # JSQuAD hybrid −0.0011 but semantic −0.0035, more than issue 19's 0.003, so float32 stays the default (the
-    # int8 graph quantises activations per batch: a passage's vector depends a little on its batch). Each int8
-    # vector is ≥ 0.99 cosine to its float32 one, so a KB switched either way keeps answering while its
-    # documents are ingested again. Other models run on torch in float32 whatever this says.
+    # int8 and int8-mixed: the packaged e5's passages through an int8 ONNX graph, ~1.5× the documents/s end to
+    # end. int8-mixed keeps the three products int8 moves most in float32 (ragkb_models.onnx_encoder.MIXED_INT8):
+    # its vectors move 2.5–3.1× less from float32's at about the same speed. Through the service (bench/quality.py,
+    # one stack, one hour, queries float32), the worst nDCG@10 loss on SciFact / JSQuAD was 0.0033 for int8-mixed
+    # (SciFact hybrid) and 0.0057 for int8 (SciFact semantic), more than issue 19's 0.003, so float32 stays the
+    # default (README, Benchmarks: int8-mixed passages). Each int8 vector is ≥ 0.99 cosine to its float32 one, so a KB
+    # switched any way keeps answering while its documents are ingested again. Other models run on torch in
+    # float32 whatever this says.
     passage_precision: PassagePrecision = "float32"
 
     @field_validator("noise_patterns")

@@ -25,9 +25,10 @@ from ragkb_models.onnx_encoder import OnnxEncoder, Precision, ensure_onnx_model
 logger = logging.getLogger(__name__)
 
 # The runtimes EmbeddingSettings.backend names; keep the two lists equal.
-# onnx-int8-query: the retriever's int8 query graph (RAGKB_RETRIEVER__QUERY_INT8), never a worker's backend.
-Backend = Literal["onnx", "onnx-int8", "onnx-int8-query", "torch"]
-_ONNX_PRECISION: dict[str, Precision] = {"onnx": "fp32", "onnx-int8": "int8", "onnx-int8-query": "int8-query"}
+# onnx-int8-mixed: the int8 graph that keeps three products float32 (onnx_encoder.MIXED_INT8): a KB's
+# `int8-mixed` passages and the retriever's int8 queries (RAGKB_RETRIEVER__QUERY_INT8), never a configured backend.
+Backend = Literal["onnx", "onnx-int8", "onnx-int8-mixed", "torch"]
+_ONNX_PRECISION: dict[str, Precision] = {"onnx": "fp32", "onnx-int8": "int8", "onnx-int8-mixed": "int8-mixed"}
 # Padded tokens per forward run. On 2 cores both runtimes were fastest with runs of 256–1024 tokens
 # (one long passage, or a few dozen short ones); 16 long passages per run were ~30% slower.
 TOKENS_PER_RUN = 512
@@ -169,11 +170,14 @@ class EmbedderPool:
         return embedder
 
 
+_PASSAGE_BACKENDS: dict[PassagePrecision, Backend] = {"int8": "onnx-int8", "int8-mixed": "onnx-int8-mixed"}
+
+
 def _in_precision(settings: EmbeddingSettings, precision: PassagePrecision) -> EmbeddingSettings:
-    """int8 swaps the packaged e5's float32 ONNX graph for its int8 one; any other model, and e5 on torch or
-    already int8, stays as it is (only e5 has ONNX graphs: the others run on torch)."""
-    if precision == "int8" and settings.model == E5_MODEL_NAME and settings.backend == "onnx":
-        return settings.model_copy(update={"backend": "onnx-int8"})
+    """int8 and int8-mixed swap the packaged e5's float32 ONNX graph for that int8 graph; any other model, and
+    e5 on torch or already int8, stays as it is (only e5 has ONNX graphs: the others run on torch)."""
+    if precision != "float32" and settings.model == E5_MODEL_NAME and settings.backend == "onnx":
+        return settings.model_copy(update={"backend": _PASSAGE_BACKENDS[precision]})
     return settings
 
 
@@ -191,7 +195,7 @@ def build_embedder_files(settings: EmbeddingSettings) -> bool:
         ensure_onnx_model(folder, _ONNX_PRECISION[settings.backend])
     if settings.backend == "onnx":
         ensure_onnx_model(folder, "int8")
-        ensure_onnx_model(folder, "int8-query")
+        ensure_onnx_model(folder, "int8-mixed")
     return True
 
 

@@ -77,8 +77,8 @@ class RetrieverServerSettings(HttpServerSettings):
     # (bench/latency_ab.py, README Latency): two threads against one took a lone search from 23.4 to 19.8 ms
     # p50 over HTTP; 8 concurrent clients searched as fast as before (concurrent runs share the session's pool).
     embed_threads: int = Field(default=0, ge=0)
-    # Embed queries with the packaged e5's int8 query graph (its own recipe, ragkb_models.onnx_encoder.QUERY_INT8;
-    # not the passages' int8 graph) while passages stay float32 (the worker's backend `onnx`): about half the CPU
+    # Embed queries with the packaged e5's mixed int8 graph (ragkb_models.onnx_encoder.MIXED_INT8; not the all-int8
+    # graph of `int8` passages) while passages stay float32 (the worker's backend `onnx`): about half the CPU
     # per query; see the README's Benchmarks for what it does to quality.
     query_int8: bool = False
 
@@ -119,6 +119,6 @@ def query_embedding_settings(settings: RetrieverSettings) -> EmbeddingSettings:
     model's dimension), so the runtime is set up for one short text at a time."""
     server = settings.retriever
     int8 = server.query_int8 and settings.embedding.backend == "onnx"
-    backend = "onnx-int8-query" if int8 else settings.embedding.backend
+    backend = "onnx-int8-mixed" if int8 else settings.embedding.backend
     threads = server.embed_threads or min(available_cores(), QUERY_THREADS_CAP)
     return settings.embedding.model_copy(update={"threads": threads, "backend": backend})

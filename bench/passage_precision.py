@@ -1,0 +1,107 @@
+"""Each passage precision a KB may choose, against float32, on a collection's chunks: how far its vectors move and
+how fast it embeds them. No service.
+
+    python bench/passage_precision.py [--corpora scifact jsquad] [--documents 200] [--rounds 3]
+
+The first --documents documents of each corpus are chunked as the worker chunks them (title and heading path
+included) and embedded in calls of 8 chunks (a worker's batch), one ONNX Runtime thread (a task process's share
+of this machine's two cores), by every precision of `chunking.passage_precision`. Reported per precision:
+1 − cosine to the float32 vector (mean and worst chunk) and chunks/s (median of --rounds, the precisions taking
+turns within each round, since this machine's speed drifts). What the vectors' movement costs in retrieval is
+bench/quality.py's to say, through the service (`--compare`; README, Benchmarks: int8 passages).
+
+Results: bench/results/passage-precision.json and .md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from typing import Any, get_args
+
+import numpy as np
+from common import DATA, read_jsonl, save_result
+from numpy.typing import NDArray
+
+from ragkb_core.kb_settings import KbChunking, PassagePrecision
+from ragkb_core.settings import EmbeddingSettings
+from ragkb_models import Embedder, EmbedderPool
+
+CALL_SIZE = 8
+
+
+def corpus_chunks(corpus: str, documents: int, chunker_embedder: Embedder) -> list[str]:
+    from ragkb_worker.chunking import Chunker
+    from ragkb_worker.parsing import parse
+    from ragkb_worker.pipeline import embedding_text
+
+    chunker = Chunker(chunker_embedder, KbChunking())
+    texts: list[str] = []
+    for _, document in zip(range(documents), read_jsonl(DATA / corpus / "corpus.jsonl"), strict=False):
+        chunks, _ = chunker.chunk(parse("text/plain", document["text"].encode()))
+        texts.extend(embedding_text(document.get("title") or document["_id"], chunk) for chunk in chunks)
+    return texts
+
+
+def embed_in_calls(embedder: Embedder, texts: list[str]) -> tuple[NDArray[np.float32], float]:
+    started = time.perf_counter()
+    vectors = np.vstack([embedder.embed_passages(texts[i : i + CALL_SIZE]) for i in range(0, len(texts), CALL_SIZE)])
+    return vectors, time.perf_counter() - started
+
+
+def measure(corpus: str, documents: int, rounds: int, pool: EmbedderPool) -> list[dict[str, Any]]:
+    precisions: tuple[PassagePrecision, ...] = get_args(PassagePrecision)
+    embedders = {precision: pool.get(None, precision) for precision in precisions}
+    texts = corpus_chunks(corpus, documents, embedders["float32"])
+    vectors: dict[str, NDArray[np.float32]] = {}
+    seconds: dict[str, list[float]] = {precision: [] for precision in precisions}
+    for precision in precisions:  # warm-up, off the clock
+        embedders[precision].embed_passages(texts[:CALL_SIZE])
+    for _ in range(rounds):
+        for precision in precisions:
+            vectors[precision], took = embed_in_calls(embedders[precision], texts)
+            seconds[precision].append(took)
+    rows = []
+    for precision in precisions:
+        # Clipped at 0: float32 against itself differs from 1 in the last bit only.
+        loss = np.clip(1 - np.sum(vectors[precision] * vectors["float32"], axis=1), 0.0, None)
+        rows.append(
+            {
+                "corpus": corpus,
+                "precision": precision,
+                "chunks": len(texts),
+                "one_minus_cosine_mean": round(float(loss.mean()), 6),
+                "one_minus_cosine_max": round(float(loss.max()), 6),
+                "chunks_per_s": round(len(texts) / statistics.median(seconds[precision]), 1),
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    lines = [
+        "| corpus | precision | chunks | 1 − cosine to float32: mean | worst chunk | chunks/s (1 thread) |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['corpus']} | {r['precision']} | {r['chunks']} | {r['one_minus_cosine_mean']} | "
+        f"{r['one_minus_cosine_max']} | {r['chunks_per_s']} |"
+        for r in rows
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpora", nargs="+", default=["scifact", "jsquad"])
+    parser.add_argument("--documents", type=int, default=200, help="the first N documents of each corpus")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    pool = EmbedderPool(EmbeddingSettings(threads=1))
+    rows = [row for corpus in args.corpora for row in measure(corpus, args.documents, args.rounds, pool)]
+    save_result("passage-precision", {"documents": args.documents, "rounds": args.rounds, "rows": rows}, markdown(rows))
+
+
+if __name__ == "__main__":
+    main()
