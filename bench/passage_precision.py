@@ -21,27 +21,15 @@ import time
 from typing import Any, get_args
 
 import numpy as np
-from common import DATA, read_jsonl, save_result
+from common import save_result
+from embed_batching import chunked_documents
 from numpy.typing import NDArray
 
-from ragkb_core.kb_settings import KbChunking, PassagePrecision
+from ragkb_core.kb_settings import PassagePrecision
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models import Embedder, EmbedderPool
 
 CALL_SIZE = 8
-
-
-def corpus_chunks(corpus: str, documents: int, chunker_embedder: Embedder) -> list[str]:
-    from ragkb_worker.chunking import Chunker
-    from ragkb_worker.parsing import parse
-    from ragkb_worker.pipeline import embedding_text
-
-    chunker = Chunker(chunker_embedder, KbChunking())
-    texts: list[str] = []
-    for _, document in zip(range(documents), read_jsonl(DATA / corpus / "corpus.jsonl"), strict=False):
-        chunks, _ = chunker.chunk(parse("text/plain", document["text"].encode()))
-        texts.extend(embedding_text(document.get("title") or document["_id"], chunk) for chunk in chunks)
-    return texts
 
 
 def embed_in_calls(embedder: Embedder, texts: list[str]) -> tuple[NDArray[np.float32], float]:
@@ -53,7 +41,7 @@ def embed_in_calls(embedder: Embedder, texts: list[str]) -> tuple[NDArray[np.flo
 def measure(corpus: str, documents: int, rounds: int, pool: EmbedderPool) -> list[dict[str, Any]]:
     precisions: tuple[PassagePrecision, ...] = get_args(PassagePrecision)
     embedders = {precision: pool.get(None, precision) for precision in precisions}
-    texts = corpus_chunks(corpus, documents, embedders["float32"])
+    texts = [text for chunks in chunked_documents(embedders["float32"], corpus, documents) for text in chunks]
     vectors: dict[str, NDArray[np.float32]] = {}
     seconds: dict[str, list[float]] = {precision: [] for precision in precisions}
     for precision in precisions:  # warm-up, off the clock
