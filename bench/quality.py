@@ -43,6 +43,8 @@ from typing import Any
 import lucene_bm25
 from common import DATA, client, find_kb, ndcg_at_k, read_jsonl, read_qrels, save_result
 
+from ragkb_core.tuning import paired_bootstrap_interval
+
 DEPTH = 100
 PER_QUERY = "ndcg@10 per query"
 
@@ -178,11 +180,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.compare:
-        baseline, candidate = (json.loads(Path(path).read_text(encoding="utf-8")) for path in args.compare)
-        table = comparison(baseline["rows"], candidate["rows"])
-        print(table)
-        if args.label:
-            save_result(f"quality-compare-{args.label}", {"compared": args.compare, "table": table}, table)
+        compare_files(args.compare, args.label)
         return
     http = client(args.url)
     rows = []
@@ -193,9 +191,7 @@ def main() -> None:
         queries = [q for q in read_jsonl(DATA / corpus / "queries.jsonl") if q["_id"] in qrels][: args.max_queries]
         rerank_settings = None if args.no_rerank else args.rerank_settings
         main_kb = f"bench-{corpus}-{size}{args.kb_suffix}"
-        for run in runs_for(http, corpus, main_kb, args.settings, rerank_settings):
-            if args.runs is not None and run.name not in args.runs:
-                continue
+        for run in chosen(runs_for(http, corpus, main_kb, args.settings, rerank_settings), args.runs):
             kb = find_kb(http, run.kb_name)
             if kb is None:
                 raise SystemExit(f"no KB {run.kb_name}: run bench/ingest.py --corpus {corpus} first")
@@ -223,11 +219,27 @@ def main() -> None:
     save_result(name, result, markdown(rows))
 
 
+def chosen(runs: list[Run], names: list[str] | None) -> list[Run]:
+    """The runs named (all for None); a name that is no run is an error, not an empty measurement."""
+    if names is None:
+        return runs
+    if unknown := set(names) - {run.name for run in runs}:
+        raise SystemExit(f"no run named {sorted(unknown)}; the runs: {[run.name for run in runs]}")
+    return [run for run in runs if run.name in names]
+
+
+def compare_files(paths: list[str], label: str) -> None:
+    baseline, candidate = (json.loads(Path(path).read_text(encoding="utf-8")) for path in paths)
+    table = comparison(baseline["rows"], candidate["rows"])
+    if label:  # saved and printed
+        save_result(f"quality-compare-{label}", {"compared": paths, "table": table}, table)
+    else:
+        print(table)
+
+
 def comparison(baseline: list[dict[str, Any]], candidate: list[dict[str, Any]]) -> str:
     """nDCG@10 of the runs both files measured on the same questions: the candidate's mean difference and its
     95 % paired bootstrap interval (ragkb_core.tuning's, as the tune job reports a gain)."""
-    from ragkb_core.tuning import paired_bootstrap_interval
-
     lines = ["| corpus | run | questions | baseline | candidate | Δ [95 % CI] |", "|---|---|---|---|---|---|"]
     measured = {(row["corpus"], row["run"]): row[PER_QUERY] for row in baseline if PER_QUERY in row}
     for row in candidate:
