@@ -8,7 +8,7 @@ included) and embedded in calls of 8 chunks (a worker's batch), one ONNX Runtime
 of this machine's two cores), by every precision of `chunking.passage_precision`. Reported per precision:
 1 − cosine to the float32 vector (mean and worst chunk) and chunks/s (median of --rounds, the precisions taking
 turns within each round, since this machine's speed drifts). What the vectors' movement costs in retrieval is
-bench/quality.py's to say, through the service (`--compare`; README, Benchmarks: int8 passages).
+bench/quality.py's to say, through the service (`--compare`; README, Benchmarks: int8-mixed passages).
 
 Results: bench/results/passage-precision.json and .md.
 """
