@@ -89,6 +89,29 @@ def find_kb(http: httpx.Client, name: str) -> dict[str, Any] | None:
     return next((kb for kb in http.get("/v1/knowledge-bases").json() if kb["name"] == name), None)
 
 
+def warm_up(
+    http: httpx.Client, knowledge_bases: int = 4, *, chunking: dict[str, Any] | None = None, prefix: str = "warm-up"
+) -> list[str]:
+    """One short document in each of a few new KBs (`chunking`: their settings, e.g. a passage precision),
+    uploaded back to back, before a timed upload, so that every task process has loaded its model (each loads it,
+    per precision, on its first task), as a long-lived worker's have. One KB's documents would be one queue
+    message, one batch, one process: a batch takes companions from its own KB only. Returns the KBs' ids."""
+    kb_ids = []
+    for n in range(knowledge_bases):
+        kb = http.post(
+            "/v1/knowledge-bases", json={"name": f"{prefix}-{n}"} | ({"chunking": chunking} if chunking else {})
+        )
+        kb.raise_for_status()
+        kb_ids.append(kb.json()["id"])
+    note = [{"source_id": "warm-up.md", "text": "A warm-up note about the cafeteria."}]
+    for kb_id in kb_ids:
+        http.post(f"/v1/knowledge-bases/{kb_id}/documents/batch", json={"documents": note}).raise_for_status()
+    for kb_id in kb_ids:
+        while http.get(f"/v1/knowledge-bases/{kb_id}").json()["document_counts"]["done"] < len(note):
+            time.sleep(0.2)
+    return kb_ids
+
+
 def wait_job(http: Any, job_id: str, timeout_s: float, poll_s: float = 2) -> dict[str, Any]:
     job = wait_until_ended(lambda: http.get(f"/v1/jobs/{job_id}").json(), timeout_s, poll_s)
     if job["status"] in ("queued", "running"):

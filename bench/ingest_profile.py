@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import DATA, REPO, RESULTS, read_jsonl, save_result, settings_of
+from common import DATA, REPO, RESULTS, read_jsonl, save_result, settings_of, warm_up
 from ingest import raw_encode_rate
 from processes import stack_processes
 
@@ -123,23 +123,6 @@ def tabulate(counts: Counter[str], stages: tuple[tuple[str, tuple[str, ...]], ..
 def parent_of(pid: int) -> int:
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat.rsplit(")", 1)[1].split()[1])
-
-
-def warm_up(http: httpx.Client, knowledge_bases: int = 4) -> None:
-    """One short document in each of a few new KBs, uploaded back to back, before the timed upload, so that every
-    task process has loaded its model (each loads it on its first task), as a long-lived worker's have. One KB's
-    documents would be one queue message, one batch, one process: a batch takes companions from its own KB only."""
-    kb_ids = []
-    for n in range(knowledge_bases):
-        kb = http.post("/v1/knowledge-bases", json={"name": f"warm-up-{n}"})
-        kb.raise_for_status()
-        kb_ids.append(kb.json()["id"])
-    note = [{"source_id": "warm-up.md", "text": "A warm-up note about the cafeteria."}]
-    for kb_id in kb_ids:
-        http.post(f"/v1/knowledge-bases/{kb_id}/documents/batch", json={"documents": note}).raise_for_status()
-    for kb_id in kb_ids:
-        while http.get(f"/v1/knowledge-bases/{kb_id}").json()["document_counts"]["done"] < len(note):
-            time.sleep(0.2)
 
 
 def ingest(http: httpx.Client, documents: list[dict[str, Any]]) -> tuple[str, float, float]:

@@ -2,7 +2,8 @@
 
     make bench-peers        (installs bench/requirements-peers.txt into .venv/peers, over .venv, and runs this)
     .venv/peers/bin/python bench/peers.py [--corpora scifact:train jsquad:dev] [--max-queries N] [--max-docs N]
-                                          [--ingest-docs 500] [--peers txtai lancedb chroma] [--url URL] [--keep]
+                                          [--ingest-docs 500] [--ragkb-precisions float32 int8-mixed]
+                                          [--peers txtai lancedb chroma] [--url URL] [--keep]
 
 Peers, each installed from PyPI and run in this process with its defaults, top 100 per query:
 
@@ -25,10 +26,11 @@ next to ragkb's HTTP latency, its api handler's time (the `Server-Timing` total)
 
 Ingestion: each peer's index build over the whole corpus from the cached vectors (index only), and over the
 first --ingest-docs documents embedding them for real through the peer's path (txtai: its transform; LanceDB,
-Chroma: vectors computed and added, as their bring-your-own-vectors usage). ragkb's figure is
-bench/ingest.py's end-to-end result (`bench/results/ingest-bench-<corpus>-<size>.json`: upload, parse, chunk,
-embed, index), read from that file, not measured here. Before any timing, each peer builds a throwaway index
-once (importing txtai alone takes seconds).
+Chroma: vectors computed and added, as their bring-your-own-vectors usage). ragkb ingests the same first
+--ingest-docs documents in this run, end to end (upload through the batch endpoint, parse, chunk, embed, index,
+until every one is `done`), once per passage precision of --ragkb-precisions, each into a throwaway KB deleted
+afterwards (bench/ingest.py's upload and wait). Before any timing, each peer builds a throwaway index once
+(importing txtai alone takes seconds).
 
 ragkb is queried over HTTP (`--url`, key from RAGKB_API_KEY or var/admin.key) on the KB bench/ingest.py made
 (`bench-<corpus>-<size>`), mode hybrid, `{"top_k": 100, "max_blocks": 100, "rerank": false}`; passages are
@@ -59,7 +61,19 @@ from typing import Any, Protocol
 
 import httpx
 import numpy as np
-from common import DATA, RESULTS, api_key, find_kb, percentile, read_jsonl, read_qrels, save_result
+from common import (
+    DATA,
+    RESULTS,
+    client,
+    delete_kb,
+    find_kb,
+    percentile,
+    read_jsonl,
+    read_qrels,
+    save_result,
+    warm_up,
+)
+from ingest import upload_all, wait_until_settled
 from numpy.typing import NDArray
 from peer_vectors import cache_path, corpus_documents, embedder, passage_vectors
 
@@ -355,8 +369,8 @@ def search_ragkb(http: httpx.Client, kb_id: str, text: str) -> tuple[dict[str, A
         time.sleep(float(response.headers.get("Retry-After", "1")))
 
 
-def run_ragkb(url: str, corpus: Corpus) -> dict[str, Any]:
-    http = httpx.Client(base_url=url, timeout=120, headers={"Authorization": f"Bearer {api_key()}"})
+def run_ragkb(url: str, corpus: Corpus, ingest_docs: int, precisions: list[str]) -> dict[str, Any]:
+    http = client(url)
     kb_name = f"bench-{corpus.name}-{corpus.full_size}"
     kb = find_kb(http, kb_name)
     if kb is None:
@@ -398,7 +412,8 @@ def run_ragkb(url: str, corpus: Corpus) -> dict[str, Any]:
         "api_handler_ms": latency(api_ms) if api_ms else None,
         "server_embed_ms": latency(embed_ms),
         "keyword_leg_matched": share(matches),
-        "ingest": ragkb_ingest(kb_name),
+        # Measured after the queries, as each peer's: the throwaway KBs' writes never overlap a timed search.
+        "ingest": [ragkb_ingest(http, corpus, ingest_docs, precision) for precision in precisions],
     }
 
 
@@ -412,13 +427,35 @@ def fusion_of(settings: dict[str, Any]) -> str:
     return f"RRF (k={settings['rrf_k']})" if fusion == "rrf" else str(fusion).upper()
 
 
-def ragkb_ingest(kb_name: str) -> dict[str, Any] | None:
-    path = RESULTS / f"ingest-{kb_name}.json"
-    if not path.exists():
-        return None
-    result = json.loads(path.read_text())
-    keys = ("documents", "chunks", "seconds", "documents_per_s", "chunks_per_s", "at")
-    return {key: result[key] for key in keys} | {"file": str(path.relative_to(RESULTS.parent.parent))}
+def ragkb_ingest(http: httpx.Client, corpus: Corpus, documents: int, precision: str) -> dict[str, Any]:
+    """ragkb's end-to-end ingest of the first `documents` documents (those the peers embed), now: a throwaway KB
+    in the passage precision, uploaded and waited for as bench/ingest.py does, then deleted."""
+    name = f"bench-peers-ingest-{corpus.name}-{precision}"
+    chunking = {"passage_precision": precision}
+    stale = [kb for kb in http.get("/v1/knowledge-bases").json() if kb["name"].startswith(name)]
+    for kb in stale:  # an interrupted run's
+        delete_kb(http, kb["id"])
+    # Every task process loads the precision's model first, as a long-lived worker has: the timed run is warm.
+    for kb_id in warm_up(http, chunking=chunking, prefix=f"{name}-warm-up"):
+        delete_kb(http, kb_id)
+    created = http.post("/v1/knowledge-bases", json={"name": name, "chunking": chunking})
+    created.raise_for_status()
+    kb_id = created.json()["id"]
+    batch = list(read_jsonl(DATA / corpus.name / "corpus.jsonl"))[:documents]
+    try:
+        started = time.perf_counter()
+        upload_all(http, kb_id, batch, workers=2)
+        counts = wait_until_settled(http, kb_id, len(batch), timeout_s=3600)
+        seconds = time.perf_counter() - started
+    finally:
+        delete_kb(http, kb_id)
+    return {
+        "passage_precision": precision,
+        "documents": len(batch),
+        "failed": counts["failed"],
+        "seconds": round(seconds, 2),
+        "documents_per_s": round(len(batch) / seconds, 1),
+    }
 
 
 def git_commit() -> str:
@@ -438,8 +475,9 @@ def ms(figures: dict[str, float]) -> str:
 
 
 def ragkb_row(ragkb: dict[str, Any]) -> str:
-    ingest = ragkb["ingest"] or {}
-    throughput = f"{ingest['documents_per_s']} end to end ({ingest['documents']} docs)" if ingest else "no ingest file"
+    rates = [f"{run['documents_per_s']} {run['passage_precision']}" for run in ragkb["ingest"]]
+    documents = ragkb["ingest"][0]["documents"] if ragkb["ingest"] else 0
+    throughput = f"{', '.join(rates)} end to end ({documents} docs)" if rates else "not measured"
     api_part = f"api handler {ms(ragkb['api_handler_ms'])}; " if ragkb.get("api_handler_ms") else ""
     return (
         f"| ragkb | {ragkb['version']} | {ragkb['hybrid']} | {ragkb['ndcg@10']} | {ragkb['recall@100']} | "
@@ -462,13 +500,14 @@ def ratio_row(peer: dict[str, Any], ragkb: dict[str, Any]) -> str:
     cells = [ratio(peer[metric], ragkb[metric]) for metric in METRICS]
     cells.append(ratio(peer["latency_ms"]["p50"], ragkb["latency_ms"]["p50"]))
     cells.append(ratio(peer["latency_ms"]["p50"], ragkb["server_took_ms"]["p50"]))
-    ragkb_rate = (ragkb["ingest"] or {}).get("documents_per_s")
-    cells.append(ratio(peer["ingest_with_embedding"]["documents_per_s"], ragkb_rate))
+    for run in ragkb["ingest"]:
+        cells.append(ratio(peer["ingest_with_embedding"]["documents_per_s"], run["documents_per_s"]))
     return f"| {peer['system']} | " + " | ".join(cells) + " |"
 
 
 def table(result: dict[str, Any]) -> str:
     ragkb, peers = result["systems"][0], result["systems"][1:]
+    ingest_ratios = [f"ingest with embedding ÷ ragkb {run['passage_precision']}" for run in ragkb["ingest"]]
     return "\n".join(
         [
             f"### {result['corpus']} ({result['split']}): {result['documents']} documents, "
@@ -488,8 +527,9 @@ def table(result: dict[str, Any]) -> str:
             "is faster):",
             "",
             "| system | nDCG@10 | Recall@100 | MRR@10 | p50 ÷ ragkb HTTP p50 | p50 ÷ ragkb server took p50 | "
-            "ingest with embedding ÷ ragkb end to end |",
-            "|---|---|---|---|---|---|---|",
+            + " | ".join(ingest_ratios)
+            + " |",
+            "|---|---|---|---|---|---|" + "---|" * len(ingest_ratios),
             *(ratio_row(peer, ragkb) for peer in peers),
         ]
     )
@@ -503,6 +543,12 @@ def main() -> None:
     parser.add_argument("--max-queries", type=int, default=None, help="only the first N judged queries")
     parser.add_argument("--max-docs", type=int, default=None, help="development: only the first N documents")
     parser.add_argument("--ingest-docs", type=int, default=500, help="documents embedded for the ingest figure")
+    parser.add_argument(
+        "--ragkb-precisions",
+        nargs="+",
+        default=["float32", "int8-mixed"],
+        help="passage precisions ragkb's ingest is measured in (the first is the one the ratios use)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the other corpora of the previous peers.json")
     args = parser.parse_args()
     args_used = {k: v for k, v in vars(args).items() if k not in ("url", "corpora", "keep")}
@@ -520,7 +566,7 @@ def compare(spec: str, args: argparse.Namespace) -> dict[str, Any]:
     """ragkb and every peer on one corpus, in this run, on the same queries and query vectors."""
     corpus = load_corpus(spec, args.max_docs, args.max_queries)
     embed_queries(corpus)
-    systems = [run_ragkb(args.url, corpus)]
+    systems = [run_ragkb(args.url, corpus, args.ingest_docs, args.ragkb_precisions)]
     print(systems[-1], flush=True)
     for name in args.peers:
         systems.append(run_peer(name, corpus, args.ingest_docs))

@@ -181,7 +181,11 @@ def write_peers(bench: SimpleNamespace) -> None:
         "server_took_ms": latency([15.0, 18.0]),
         "server_embed_ms": latency([5.0, 6.0]),
         "keyword_leg_matched": 1.0,
-        "ingest": None,  # no bench/ingest.py file: no ingest bar for ragkb
+        # The same documents as the peers', once per passage precision: the bar is the first's.
+        "ingest": [
+            {"passage_precision": precision, "documents": 100, "failed": 0, "seconds": 2.0, "documents_per_s": rate}
+            for precision, rate in (("float32", 50.0), ("int8-mixed", 80.0))
+        ],
     }
     peers = [
         {
@@ -276,8 +280,8 @@ def test_every_kind_becomes_a_png_with_a_bar_per_measured_cell(bench: SimpleName
     # memory: one KB measured, a bar per service (api, retriever, worker).
     assert [bars(axis) for axis in figures["ingest"].axes] == [3, 3, 20, 3]
 
-    # peers: nDCG@10, MRR@10, latency: 4 systems; ingest: the 3 peers (ragkb has no ingest file).
-    assert [bars(axis) for axis in figures["peers"].axes] == [4, 4, 4, 3]
+    # peers: nDCG@10, MRR@10, latency and ingest: 4 systems.
+    assert [bars(axis) for axis in figures["peers"].axes] == [4, 4, 4, 4]
 
     # rerank latency: p50 and p95 per collection.
     assert [bars(axis) for axis in figures["rerank-latency"].axes] == [2 * len(bench.rerank_latency.COLLECTIONS)]
@@ -296,3 +300,12 @@ def test_kinds_without_a_file_are_skipped_and_said(bench: SimpleNamespace, tmp_p
         assert f"{png}: skipped, no {pattern} in {tmp_path}" in said
     assert len(problems) == 1
     assert problems[0].startswith("quality.png: not drawn, quality-broken.json lacks what it needs (KeyError")
+
+
+def test_ragkbs_ingest_bar_reads_a_runs_list_and_an_older_files_object(bench: SimpleNamespace) -> None:
+    measured = {"passage_precision": "float32", "documents": 500, "documents_per_s": 40.0}
+    older = {"documents": 2304, "documents_per_s": 39.5, "file": "bench/results/ingest-bench-jsquad-2304.json"}
+    assert bench.plots.ragkb_ingest({"ingest": [measured, {**measured, "passage_precision": "int8"}]}) == measured
+    assert bench.plots.ragkb_ingest({"ingest": older}) == older
+    assert bench.plots.ragkb_ingest({"ingest": []}) is None
+    assert bench.plots.ragkb_ingest({"ingest": None}) is None
