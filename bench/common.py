@@ -26,6 +26,9 @@ DATA = Path(
     )
 )
 RESULTS = REPO / "bench" / "results"
+# The retriever's query-vector cache: a latency bench that asks the same questions in every mode turns it off on its
+# private stack (0), or every mode after the first would measure a cached vector, not an embedding.
+QUERY_CACHE_ENV = "RAGKB_RETRIEVER__QUERY_CACHE_SIZE"
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:

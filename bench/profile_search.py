@@ -3,11 +3,12 @@
     python bench/profile_search.py [--points 10000] [--queries 300] [--top-k 10 100] [--label before]
     (needs py-spy in the venv: .venv/bin/pip install py-spy; as root, or with ptrace allowed)
 
-Starts a private stack (ragkb_cli.stack), writes a KB of --points chunks with bench/scale.py (real SciFact text
-and e5 vectors, scaled up), waits until its index has optimised, then for each --top-k sends --queries hybrid
-searches one after the other through the public `POST /v1/search` while py-spy samples both services
-(`py-spy record --format raw`, 250 samples/s, idle threads left out, so a sample is a thread on a CPU or
-waiting to get one). Each sample is given to a stage by the innermost frame that one of STAGE_RULES names.
+Starts a private stack (ragkb_cli.stack) with the retriever's query-vector cache off (each --top-k asks the same
+questions: a cached vector would hide the embedding), writes a KB of --points chunks with bench/scale.py (real SciFact
+text and e5 vectors, scaled up), waits until its index has optimised, then for each --top-k sends --queries hybrid
+searches one after the other through the public `POST /v1/search` while py-spy samples both services (`py-spy record
+--format raw`, 250 samples/s, idle threads left out, so a sample is a thread on a CPU or waiting to get one). Each
+sample is given to a stage by the innermost frame that one of STAGE_RULES names.
 
 Three views of the same requests, all in bench/results/profile-search[-LABEL].{json,md} and flame graphs
 profile-search[-LABEL]-{api,retriever}-top{K}.svg:
@@ -42,7 +43,7 @@ from typing import Any
 
 import httpx
 import scale
-from common import DATA, REPO, RESULTS, percentile, read_jsonl, save_result
+from common import DATA, QUERY_CACHE_ENV, REPO, RESULTS, percentile, read_jsonl, save_result
 
 from ragkb_cli.stack import PrivateStack, private_stack
 
@@ -363,7 +364,12 @@ def main() -> None:
     queries = [query["text"] for query in read_jsonl(DATA / "scifact" / "queries.jsonl")]
     base = scale.load_base(args.base)
     load = Path("/proc/loadavg").read_text().split()[0]
-    with tempfile.TemporaryDirectory(prefix="ragkb-profile-") as workdir, private_stack(REPO, Path(workdir)) as stack:
+    # Cache off: each --top-k asks the same questions, and the warm-up the first of them.
+    cache = {QUERY_CACHE_ENV: "0"}
+    with (
+        tempfile.TemporaryDirectory(prefix="ragkb-profile-") as workdir,
+        private_stack(REPO, Path(workdir), **cache) as stack,
+    ):
         with httpx.Client(
             base_url=stack.api_url, timeout=120, headers={"Authorization": f"Bearer {stack.admin_key}"}
         ) as http:

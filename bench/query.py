@@ -5,11 +5,13 @@
         (a running stack: admin key from RAGKB_API_KEY, service token from RAGKB_SERVICE_TOKEN; its rate limit
         must be off, RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE=0, or the concurrent run measures the limiter)
 
-Without --url it starts a private stack (ragkb_cli.stack: deploy/launcher.py on free ports and a temporary
-directory). For every scale it builds a KB of that many chunks with bench/scale.py — real SciFact passages
-scaled up by repetition with perturbation, NOT that many distinct passages — waits until the index has
-finished its background optimisation, then, per mode (semantic, keyword, hybrid, and hybrid+rerank when the
-server has a reranker), sends real SciFact queries through the public `POST /v1/search`:
+Without --url it starts a private stack (ragkb_cli.stack: deploy/launcher.py on free ports and a temporary directory),
+with the retriever's query-vector cache off (--query-cache-size 0): every mode and phase asks the same SciFact
+questions, and with the cache on, every one after the first would be answered from a cached vector (a repeated
+question's latency is bench/latency_ab.py's). For every scale it builds a KB of that many chunks with bench/scale.py —
+real SciFact passages scaled up by repetition with perturbation, NOT that many distinct passages — waits until the index
+has finished its background optimisation, then, per mode (semantic, keyword, hybrid, and hybrid+rerank when the server
+has a reranker), sends real SciFact queries through the public `POST /v1/search`:
 
 - one client: a warm-up, then --queries requests one after the other; p50/p95/p99 of the HTTP latency,
   of the server's `took_ms`, and of each stage in `timings_ms` (embed, analyze, retrieve, rerank,
@@ -40,7 +42,7 @@ from typing import Any
 
 import httpx
 import scale
-from common import DATA, REPO, percentile, read_jsonl, save_result
+from common import DATA, QUERY_CACHE_ENV, REPO, percentile, read_jsonl, save_result
 
 from ragkb_cli.stack import StackAddress, private_stack
 
@@ -300,13 +302,23 @@ def _wait_until_ingesting(http: httpx.Client, kb_id: str, timeout_s: float = 900
     raise SystemExit(f"no document of the ingest finished within {timeout_s:.0f} s")
 
 
+def cache_note(result: dict[str, Any]) -> str:
+    """Whether a repeated question's vector came from the retriever's cache: every mode asks the same questions."""
+    size = result.get("query_cache_size")
+    if size is None:
+        return "The running stack's query-vector cache answered repeated questions."
+    if size == 0:
+        return "Query-vector cache off: every search embedded its question."
+    return f"Query-vector cache of {size}: a question asked again (every mode after the first) was not embedded."
+
+
 def markdown(result: dict[str, Any]) -> str:
     def q3(values: dict[str, float]) -> str:
         return " / ".join(str(values[p]) for p in ("p50", "p95", "p99")) if values else "–"
 
     lines = [
         f"Corpus: {result['corpus']}. Queries: {result['queries_per_mode']} SciFact queries per mode after "
-        f"{WARM_UP} warm-up, top_k {result['top_k']}. Cells: p50 / p95 / p99 ms.",
+        f"{WARM_UP} warm-up, top_k {result['top_k']}. Cells: p50 / p95 / p99 ms. {cache_note(result)}",
         "",
         "| chunks | mode | HTTP | server took | " + " | ".join(STAGES) + " |",
         "|---|---|---|---|" + "---|" * len(STAGES),
@@ -357,9 +369,14 @@ def markdown(result: dict[str, Any]) -> str:
 def stack_for(args: argparse.Namespace) -> Iterator[StackAddress]:
     if not args.url:
         print("starting a private stack (deploy/launcher.py on free ports)", flush=True)
-        with tempfile.TemporaryDirectory(prefix="ragkb-bench-") as workdir, private_stack(REPO, Path(workdir)) as stack:
+        cache = {QUERY_CACHE_ENV: str(args.query_cache_size)}
+        with (
+            tempfile.TemporaryDirectory(prefix="ragkb-bench-") as workdir,
+            private_stack(REPO, Path(workdir), **cache) as stack,
+        ):
             yield stack.address
         return
+    print(f"--url: the running stack's query-vector cache ({QUERY_CACHE_ENV}) applies to repeated questions")
     key, token = os.environ.get("RAGKB_API_KEY"), os.environ.get("RAGKB_SERVICE_TOKEN")
     if not key or not token:
         raise SystemExit("with --url set RAGKB_API_KEY (an admin key) and RAGKB_SERVICE_TOKEN (the service token)")
@@ -382,6 +399,12 @@ def main() -> None:
         default=1500,
         help="SciFact documents bulk-ingested into another KB for the 'while ingesting' scenario (0: skip it)",
     )
+    parser.add_argument(
+        "--query-cache-size",
+        type=int,
+        default=0,
+        help="the private stack's query-vector cache (0: every search embeds its question, as a new one does)",
+    )
     parser.add_argument("--url", default=None, help="a running stack's API (default: start a private one)")
     parser.add_argument("--retriever-url", default="http://127.0.0.1:8001")
     args = parser.parse_args()
@@ -397,7 +420,13 @@ def main() -> None:
     )
     with stack_for(args) as stack:
         scales = [measure_scale(stack, points, base, args) for points in sorted(args.scales)]
-        result = {"corpus": corpus, "queries_per_mode": args.queries, "top_k": args.top_k, "scales": scales}
+        result = {
+            "corpus": corpus,
+            "queries_per_mode": args.queries,
+            "top_k": args.top_k,
+            "query_cache_size": None if args.url else args.query_cache_size,
+            "scales": scales,
+        }
         if args.ingest_documents:
             queries = [query["text"] for query in read_jsonl(DATA / "scifact" / "queries.jsonl")]
             result["while_ingesting"] = while_ingesting(stack, scales[0], queries, args)
