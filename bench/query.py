@@ -1,6 +1,6 @@
 """Query latency per mode and per stage at several index sizes, one client and eight concurrent clients.
 
-    python bench/query.py [--scales 10000 100000] [--queries 300] [--concurrency 8]
+    python bench/query.py [--scales 10000 100000] [--queries 300] [--concurrency 8] [--env KEY=VALUE ...]
     python bench/query.py --url http://127.0.0.1:8000 --retriever-url http://127.0.0.1:8001
         (a running stack: admin key from RAGKB_API_KEY, service token from RAGKB_SERVICE_TOKEN; its rate limit
         must be off, RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE=0, or the concurrent run measures the limiter)
@@ -42,7 +42,7 @@ from typing import Any
 
 import httpx
 import scale
-from common import DATA, QUERY_CACHE_ENV, REPO, percentile, read_jsonl, save_result
+from common import DATA, QUERY_CACHE_ENV, REPO, percentile, read_jsonl, save_result, settings_of
 
 from ragkb_cli.stack import StackAddress, private_stack
 
@@ -369,10 +369,10 @@ def markdown(result: dict[str, Any]) -> str:
 def stack_for(args: argparse.Namespace) -> Iterator[StackAddress]:
     if not args.url:
         print("starting a private stack (deploy/launcher.py on free ports)", flush=True)
-        cache = {QUERY_CACHE_ENV: str(args.query_cache_size)}
+        overrides = {QUERY_CACHE_ENV: str(args.query_cache_size)} | settings_of(args.env)
         with (
             tempfile.TemporaryDirectory(prefix="ragkb-bench-") as workdir,
-            private_stack(REPO, Path(workdir), **cache) as stack,
+            private_stack(REPO, Path(workdir), **overrides) as stack,
         ):
             yield stack.address
         return
@@ -405,6 +405,7 @@ def main() -> None:
         default=0,
         help="the private stack's query-vector cache (0: every search embeds its question, as a new one does)",
     )
+    parser.add_argument("--env", nargs="*", default=[], help="KEY=VALUE settings of the private stack")
     parser.add_argument("--url", default=None, help="a running stack's API (default: start a private one)")
     parser.add_argument("--retriever-url", default="http://127.0.0.1:8001")
     args = parser.parse_args()
@@ -425,6 +426,7 @@ def main() -> None:
             "queries_per_mode": args.queries,
             "top_k": args.top_k,
             "query_cache_size": None if args.url else args.query_cache_size,
+            "env": {} if args.url else settings_of(args.env),
             "scales": scales,
         }
         if args.ingest_documents:

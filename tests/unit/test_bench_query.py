@@ -29,9 +29,15 @@ def test_the_private_stack_starts_with_the_query_vector_cache_of_the_command_lin
 
     monkeypatch.setattr(QUERY, "private_stack", recording_stack)
     for size in (0, 4096):
-        with QUERY.stack_for(argparse.Namespace(url=None, query_cache_size=size)) as address:
+        with QUERY.stack_for(argparse.Namespace(url=None, query_cache_size=size, env=[])) as address:
             assert address == "private"
-    assert started == [{QUERY.QUERY_CACHE_ENV: "0"}, {QUERY.QUERY_CACHE_ENV: "4096"}]
+    with QUERY.stack_for(argparse.Namespace(url=None, query_cache_size=0, env=["RAGKB_TASKS__NICE=19"])):
+        pass
+    assert started == [
+        {QUERY.QUERY_CACHE_ENV: "0"},
+        {QUERY.QUERY_CACHE_ENV: "4096"},
+        {QUERY.QUERY_CACHE_ENV: "0", "RAGKB_TASKS__NICE": "19"},
+    ]
     assert QUERY.QUERY_CACHE_ENV == "RAGKB_RETRIEVER__QUERY_CACHE_SIZE"
 
 
