@@ -115,6 +115,17 @@ def warm_up(
     return kb_ids
 
 
+def ragkb_ingest_runs(system: dict[str, Any]) -> list[dict[str, Any]]:
+    """ragkb's ingest figures in a bench/peers.py result: one per passage precision measured in the run, or, in a
+    result from before 2026-12-06 evening, bench/ingest.py's file (one object, float32 then the default)."""
+    ingest = system.get("ingest")
+    if isinstance(ingest, list):
+        return ingest
+    if isinstance(ingest, dict):
+        return [{"passage_precision": "float32 (bench/ingest.py's file)"} | ingest]
+    return []
+
+
 def wait_job(http: Any, job_id: str, timeout_s: float, poll_s: float = 2) -> dict[str, Any]:
     job = wait_until_ended(lambda: http.get(f"/v1/jobs/{job_id}").json(), timeout_s, poll_s)
     if job["status"] in ("queued", "running"):

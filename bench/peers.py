@@ -68,6 +68,7 @@ from common import (
     delete_kb,
     find_kb,
     percentile,
+    ragkb_ingest_runs,
     read_jsonl,
     read_qrels,
     save_result,
@@ -475,8 +476,9 @@ def ms(figures: dict[str, float]) -> str:
 
 
 def ragkb_row(ragkb: dict[str, Any]) -> str:
-    rates = [f"{run['documents_per_s']} {run['passage_precision']}" for run in ragkb["ingest"]]
-    documents = ragkb["ingest"][0]["documents"] if ragkb["ingest"] else 0
+    runs = ragkb_ingest_runs(ragkb)
+    rates = [f"{run['documents_per_s']} {run['passage_precision']}" for run in runs]
+    documents = runs[0]["documents"] if runs else 0
     throughput = f"{', '.join(rates)} end to end ({documents} docs)" if rates else "not measured"
     api_part = f"api handler {ms(ragkb['api_handler_ms'])}; " if ragkb.get("api_handler_ms") else ""
     return (
@@ -500,14 +502,14 @@ def ratio_row(peer: dict[str, Any], ragkb: dict[str, Any]) -> str:
     cells = [ratio(peer[metric], ragkb[metric]) for metric in METRICS]
     cells.append(ratio(peer["latency_ms"]["p50"], ragkb["latency_ms"]["p50"]))
     cells.append(ratio(peer["latency_ms"]["p50"], ragkb["server_took_ms"]["p50"]))
-    for run in ragkb["ingest"]:
+    for run in ragkb_ingest_runs(ragkb):
         cells.append(ratio(peer["ingest_with_embedding"]["documents_per_s"], run["documents_per_s"]))
     return f"| {peer['system']} | " + " | ".join(cells) + " |"
 
 
 def table(result: dict[str, Any]) -> str:
     ragkb, peers = result["systems"][0], result["systems"][1:]
-    ingest_ratios = [f"ingest with embedding ÷ ragkb {run['passage_precision']}" for run in ragkb["ingest"]]
+    ingest_ratios = [f"ingest with embedding ÷ ragkb {run['passage_precision']}" for run in ragkb_ingest_runs(ragkb)]
     return "\n".join(
         [
             f"### {result['corpus']} ({result['split']}): {result['documents']} documents, "
@@ -547,7 +549,7 @@ def main() -> None:
         "--ragkb-precisions",
         nargs="+",
         default=["float32", "int8-mixed"],
-        help="passage precisions ragkb's ingest is measured in (the first is the one the ratios use)",
+        help="passage precisions ragkb's ingest is measured in, each with its ratio column (peers.png: the first)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the other corpora of the previous peers.json")
     args = parser.parse_args()

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import matplotlib
-from common import RESULTS
+from common import RESULTS, ragkb_ingest_runs
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
@@ -48,6 +48,9 @@ class Kind:
     name: str
     pattern: str
     draw: Callable[[list[Result]], Figure]
+    # Top-level keys of this kind's results, any of them: other benches' files share a prefix (quality-compare-*,
+    # query-encoder*, ingest-profile-*) and are left out, not charged to the kind as a problem.
+    marks: tuple[str, ...]
 
     @property
     def png(self) -> str:
@@ -55,6 +58,10 @@ class Kind:
 
 
 # --- drawing helpers ------------------------------------------------------------------------------------------
+
+
+# Groups on one axis above which their names are slanted.
+CROWDED_GROUPS = 8
 
 
 def grouped_bars(
@@ -91,7 +98,10 @@ def grouped_bars(
                 if hatched[name][x]:
                     patch.set_hatch("//")
         axis.bar_label(bars, labels=[value_format.format(h) for h in heights], fontsize=7, padding=2)
-    axis.set_xticks(range(len(groups)), list(groups))
+    # Many groups (a results folder that gathered many runs) would print their names over each other: slanted.
+    crowded = len(groups) > CROWDED_GROUPS
+    slant: dict[str, Any] = {"rotation": 35, "ha": "right"} if crowded else {}
+    axis.set_xticks(range(len(groups)), list(groups), **slant)
     axis.margins(y=0.15)
 
 
@@ -233,16 +243,20 @@ def draw_peers(results: list[Result]) -> Figure:
         label = label_of(stem, "peers") if len(results) > 1 else ""
         for corpus in result["corpora"]:
             group = f"{corpus['corpus']} ({corpus['split']})\n{corpus['documents']:,} docs" + (
-                f" [{label}]" if label else ""
+                f"\n[{label}]" if label else ""
             )
             for system in corpus["systems"]:
                 cells[(group, system["system"])] = system
+                # ragkb's ingestion in its other passage precisions: bars of their own, in the ingest panel only.
+                for run in ragkb_ingest_runs(system)[1:] if system["system"] == "ragkb" else []:
+                    cells[(group, f"ragkb, {run['passage_precision']} passages")] = {"system": "ragkb", "ingest": [run]}
     groups = in_order([group for group, _ in cells])
     systems = in_order([system for _, system in cells])
     figure, axes = new_figure(2, 2, len(groups), len(systems))
 
     def figure_of(system: dict[str, Any]) -> dict[str, Value]:
-        ingest = ragkb_ingest(system) if system["system"] == "ragkb" else system.get("ingest_with_embedding")
+        runs = ragkb_ingest_runs(system)[:1] if system["system"] == "ragkb" else [system.get("ingest_with_embedding")]
+        ingest = runs[0] if runs else None
         return {
             "ndcg@10": number(system.get("ndcg@10")),
             "mrr@10": number(system.get("mrr@10")),
@@ -264,19 +278,10 @@ def draw_peers(results: list[Result]) -> Figure:
     legend(figure, systems)
     figure.supxlabel(
         "top 100 documents per query; latency: ragkb an HTTP request, a peer its in-process call plus the query "
-        "embedding; ingestion: ragkb end to end in its default passage precision, a peer its own embedding path",
+        "embedding;\ningestion: ragkb end to end (float32 passages unless named), a peer its own embedding path",
         fontsize="small",
     )
     return figure
-
-
-def ragkb_ingest(system: dict[str, Any]) -> dict[str, Any] | None:
-    """ragkb's ingest figure in a peers result: the first precision measured in the run (a list), or, in a result
-    from before 2026-12-07, bench/ingest.py's file (one object)."""
-    ingest = system.get("ingest")
-    if isinstance(ingest, list):
-        return ingest[0] if ingest else None
-    return ingest if isinstance(ingest, dict) else None
 
 
 def draw_rerank(results: list[Result]) -> Figure:
@@ -298,11 +303,11 @@ def draw_rerank(results: list[Result]) -> Figure:
 
 
 KINDS = (
-    Kind("quality", "quality*.json", draw_quality),
-    Kind("latency", "query*.json", draw_latency),
-    Kind("ingest", "ingest*.json", draw_ingest),
-    Kind("peers", "peers*.json", draw_peers),
-    Kind("rerank-latency", "rerank-latency*.json", draw_rerank),
+    Kind("quality", "quality*.json", draw_quality, ("rows",)),
+    Kind("latency", "query*.json", draw_latency, ("scales",)),
+    Kind("ingest", "ingest*.json", draw_ingest, ("knowledge_base", "formats")),
+    Kind("peers", "peers*.json", draw_peers, ("corpora",)),
+    Kind("rerank-latency", "rerank-latency*.json", draw_rerank, ("results",)),
 )
 
 
@@ -322,11 +327,16 @@ def render(results: Path, report: Callable[[str], None] = print) -> tuple[dict[s
         loaded: list[Result] = []
         for path in paths:
             try:
-                loaded.append((path.stem, json.loads(path.read_text(encoding="utf-8"))))
+                result = json.loads(path.read_text(encoding="utf-8"))
             except (OSError, ValueError) as error:
                 problems.append(f"{path}: not readable as JSON ({error})")
+                continue
+            if isinstance(result, dict) and any(mark in result for mark in kind.marks):
+                loaded.append((path.stem, result))
         if not loaded:
+            report(f"{kind.png}: skipped, no {kind.name} result among {kind.pattern} in {results}")
             continue
+        paths = [path for path in paths if path.stem in {stem for stem, _ in loaded}]
         try:
             figures[kind.name] = kind.draw(loaded)
         except (KeyError, TypeError, ValueError, AttributeError) as error:

@@ -280,8 +280,10 @@ def test_every_kind_becomes_a_png_with_a_bar_per_measured_cell(bench: SimpleName
     # memory: one KB measured, a bar per service (api, retriever, worker).
     assert [bars(axis) for axis in figures["ingest"].axes] == [3, 3, 20, 3]
 
-    # peers: nDCG@10, MRR@10, latency and ingest: 4 systems.
-    assert [bars(axis) for axis in figures["peers"].axes] == [4, 4, 4, 4]
+    # peers: nDCG@10, MRR@10 and latency: 4 systems; ingest: those 4 and ragkb's int8-mixed passages beside them.
+    assert [bars(axis) for axis in figures["peers"].axes] == [4, 4, 4, 5]
+    peer_legend = [text.get_text() for text in figures["peers"].legends[0].get_texts()]
+    assert peer_legend[:2] == ["ragkb", "ragkb, int8-mixed passages"]
 
     # rerank latency: p50 and p95 per collection.
     assert [bars(axis) for axis in figures["rerank-latency"].axes] == [2 * len(bench.rerank_latency.COLLECTIONS)]
@@ -302,10 +304,35 @@ def test_kinds_without_a_file_are_skipped_and_said(bench: SimpleNamespace, tmp_p
     assert problems[0].startswith("quality.png: not drawn, quality-broken.json lacks what it needs (KeyError")
 
 
-def test_ragkbs_ingest_bar_reads_a_runs_list_and_an_older_files_object(bench: SimpleNamespace) -> None:
+def test_other_benches_files_under_a_kinds_prefix_are_left_out(bench: SimpleNamespace, tmp_path: Path) -> None:
+    # Written by bench/quality.py --compare, bench/query_encoder.py and bench/ingest_profile.py: not charts' input.
+    write_quality(bench)
+    write_query_latency(bench)
+    write_ingest(bench)
+    (tmp_path / "quality-compare-a-b.json").write_text('{"compared": ["a", "b"], "table": "| |"}')
+    (tmp_path / "query-encoder.json").write_text('{"runs": [], "corpora": []}')
+    (tmp_path / "ingest-profile-x.json").write_text('{"corpus": "jsquad", "documents": 400}')
+    (tmp_path / "ingest-profile-only.json").write_text('{"corpus": "jsquad"}')
+
+    said: list[str] = []
+    written, problems = bench.plots.write_plots(tmp_path, said.append)
+
+    assert problems == []
+    assert {"quality.png", "latency.png", "ingest.png"} <= {path.name for path in written}
+    (tmp_path / "ingest.png").unlink()
+    for path in tmp_path.glob("ingest-*.json"):
+        if not path.name.startswith("ingest-profile"):
+            path.unlink()
+    bench.plots.write_plots(tmp_path, said.append)
+    assert f"ingest.png: skipped, no ingest result among ingest*.json in {tmp_path}" in said
+
+
+def test_ragkbs_ingest_figures_read_a_runs_list_and_an_older_files_object(bench: SimpleNamespace) -> None:
     measured = {"passage_precision": "float32", "documents": 500, "documents_per_s": 40.0}
+    runs = [measured, {**measured, "passage_precision": "int8-mixed"}]
     older = {"documents": 2304, "documents_per_s": 39.5, "file": "bench/results/ingest-bench-jsquad-2304.json"}
-    assert bench.plots.ragkb_ingest({"ingest": [measured, {**measured, "passage_precision": "int8"}]}) == measured
-    assert bench.plots.ragkb_ingest({"ingest": older}) == older
-    assert bench.plots.ragkb_ingest({"ingest": []}) is None
-    assert bench.plots.ragkb_ingest({"ingest": None}) is None
+    assert bench.common.ragkb_ingest_runs({"ingest": runs}) == runs
+    assert bench.common.ragkb_ingest_runs({"ingest": older}) == [
+        older | {"passage_precision": "float32 (bench/ingest.py's file)"}
+    ]
+    assert bench.common.ragkb_ingest_runs({"ingest": None}) == []
