@@ -11,7 +11,7 @@
   encode rate per KB, chunks/s per file format, the worker's time per stage (stacked shares), and each
   service's peak memory while it ingested (PSS of its processes summed, where bench/ingest.py measured it).
 - peers.png (peers*.json, bench/peers.py): nDCG@10, MRR@10, query latency p50 and ingest docs/s, a group per
-  corpus, a bar per system (ragkb's ingest is its end-to-end figure of the same run in the first passage precision
+  corpus, a bar per system (ragkb's ingest is its end-to-end figure of the same run, a bar per passage precision
   measured, a peer's is its own embedding path; ragkb's latency is an HTTP request, a peer's an in-process call
   plus the query embedding).
 - rerank-latency.png (rerank-latency.json, bench/rerank_latency.py): p50 and p95 per collection.
@@ -325,6 +325,7 @@ def render(results: Path, report: Callable[[str], None] = print) -> tuple[dict[s
             report(f"{kind.png}: skipped, no {kind.pattern} in {results}")
             continue
         loaded: list[Result] = []
+        kept: list[Path] = []
         for path in paths:
             try:
                 result = json.loads(path.read_text(encoding="utf-8"))
@@ -333,14 +334,14 @@ def render(results: Path, report: Callable[[str], None] = print) -> tuple[dict[s
                 continue
             if isinstance(result, dict) and any(mark in result for mark in kind.marks):
                 loaded.append((path.stem, result))
+                kept.append(path)
         if not loaded:
             report(f"{kind.png}: skipped, no {kind.name} result among {kind.pattern} in {results}")
             continue
-        paths = [path for path in paths if path.stem in {stem for stem, _ in loaded}]
         try:
             figures[kind.name] = kind.draw(loaded)
         except (KeyError, TypeError, ValueError, AttributeError) as error:
-            names = ", ".join(path.name for path in paths)
+            names = ", ".join(path.name for path in kept)
             problems.append(f"{kind.png}: not drawn, {names} lacks what it needs ({type(error).__name__}: {error})")
     return figures, problems
 
