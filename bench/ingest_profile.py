@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 from common import DATA, REPO, RESULTS, read_jsonl, save_result, settings_of, warm_up
 from ingest import raw_encode_rate
-from processes import stack_processes
+from processes import parent_of, stack_processes
 
 from ragkb_cli.stack import private_stack
 
@@ -118,11 +118,6 @@ def tabulate(counts: Counter[str], stages: tuple[tuple[str, tuple[str, ...]], ..
     for stack, n in counts.items():
         table[stage_of(stack, stages)] += n
     return dict(table.most_common())
-
-
-def parent_of(pid: int) -> int:
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat.rsplit(")", 1)[1].split()[1])
 
 
 def ingest(http: httpx.Client, documents: list[dict[str, Any]]) -> tuple[str, float, float]:

@@ -86,7 +86,7 @@ def stack_processes(api_port: int) -> dict[int, str]:
     api = listening_pid(api_port)
     if api is None:
         return {}
-    launcher = _parent(api)
+    launcher = parent_of(api)
     found = {}
     for pid in _pids():
         if pid == launcher or not _descends_from(pid, launcher):
@@ -176,13 +176,18 @@ def read_memory(pid: int, with_pss: bool = True) -> Sample | None:
 
 def cpu_seconds(pid: int) -> float | None:
     """User + system CPU seconds of a process (fields 14 and 15 of /proc/PID/stat, in clock ticks)."""
+    fields = _stat_fields(pid)
+    return None if fields is None else (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/PID/stat from field 3 (the state) on; None when the process is gone. The command name (field 2) may
+    hold spaces and parentheses: the fields after its last ")" are plain."""
     try:
         stat = (PROC / str(pid) / "stat").read_text()
     except OSError:
         return None
-    # As in _parent: the fields after the command name's last ")" are plain; utime and stime are its 12th, 13th.
-    fields = stat.rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return stat.rsplit(")", 1)[1].split()
 
 
 def memory_table(memory: dict[str, Any]) -> str:
@@ -209,18 +214,15 @@ def _pids() -> list[int]:
     return [int(entry.name) for entry in PROC.iterdir() if entry.name.isdigit()]
 
 
-def _parent(pid: int) -> int:
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except OSError:
-        return 0
-    # The command name (field 2) may hold spaces and parentheses: the fields after its last ")" are plain.
-    return int(stat.rsplit(")", 1)[1].split()[1])
+def parent_of(pid: int) -> int:
+    """The parent's pid (field 4 of /proc/PID/stat); 0 when the process is gone."""
+    fields = _stat_fields(pid)
+    return 0 if fields is None else int(fields[1])
 
 
 def _descends_from(pid: int, ancestor: int) -> bool:
     while pid > 1:
-        pid = _parent(pid)
+        pid = parent_of(pid)
         if pid == ancestor:
             return True
     return False
