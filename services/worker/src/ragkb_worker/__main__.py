@@ -13,6 +13,7 @@ from celery.signals import setup_logging, worker_shutting_down
 from ragkb_store.queue import WORKER_QUEUES
 from ragkb_telemetry.logs import configure_logging
 from ragkb_telemetry.multiprocess import prepare_multiprocess_dir
+from ragkb_worker.fork_gate import FORK_GATE
 from ragkb_worker.settings import WorkerSettings
 
 
@@ -27,6 +28,8 @@ def main() -> None:
     from ragkb_worker.app import build_sweeper, create_worker_app, start_health
 
     app = create_worker_app(settings)
+    # Before the threads below start: every fork of the task pool waits for their work in progress.
+    FORK_GATE.install()
     start_health(settings)
     bound_warm_shutdown(settings.worker.drain_s)
     sweeper = build_sweeper(settings, app)

@@ -14,6 +14,7 @@ from pydantic import SecretStr
 
 from ragkb_core.health import ReadinessChecks, run_checks
 from ragkb_telemetry.exposition import CONTENT_TYPE, render
+from ragkb_worker.fork_gate import FORK_GATE
 
 
 def start_health_server(
@@ -36,6 +37,11 @@ def _handler_for(
 
     class HealthHandler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            # Its first answers import modules lazily: a pool fork must not copy their import locks held.
+            with FORK_GATE.working():
+                self._route()
+
+        def _route(self) -> None:
             if self.path == "/metrics" and metrics is not None:
                 self._scrape(metrics)
             elif self.path == "/health":

@@ -14,6 +14,7 @@ from ragkb_store.blobs import BlobStore
 from ragkb_store.ledger import DocumentLedger
 from ragkb_store.queue import IngestQueue, broker_lists
 from ragkb_store.states import Lane
+from ragkb_worker.fork_gate import FORK_GATE
 from ragkb_worker.settings import TaskSettings
 
 _log = logging.getLogger("ragkb.worker.sweeper")
@@ -85,8 +86,9 @@ class Sweeper:
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                self.sweep_once()
-                self._sweep_blobs_when_due()
+                with FORK_GATE.working():  # a pool fork must not copy the locks a sweep holds
+                    self.sweep_once()
+                    self._sweep_blobs_when_due()
             except Exception:  # the sweeper must outlive a database or broker hiccup
                 _log.exception("sweep failed; will try again")
             self._stop.wait(self._settings.sweep_interval_s)
