@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from pydantic import SecretStr
 
 from ragkb_api.rate_limit import refused
-from ragkb_cli.stack import free_port
+from ragkb_cli.stack import PrivateStack, free_port
 from ragkb_core import request_context
 from ragkb_core.settings import MetricsSettings
 from ragkb_http import PROBLEM_HANDLERS
@@ -68,6 +68,21 @@ def test_a_console_line_ends_with_the_ids_it_is_about() -> None:
     with request_context.bound(request="req-7"):
         text = ConsoleFormatter("worker").format(_record("document ready"))
     assert text.endswith("worker INFO ragkb.test: document ready [request_id=req-7]")
+
+
+def test_a_stacks_log_tail_leaves_out_the_access_lines_and_keeps_what_the_services_said(tmp_path: Path) -> None:
+    # A test polling a document wrote thousands of access lines: the tail it printed hid the worker entirely.
+    http = logging.makeLogRecord(
+        {"name": "ragkb.http", "levelname": "INFO", "msg": "%s %s %d %.1f ms", "args": ("GET", "/v1/x", 200, 3.1)}
+    )
+    ContextFilter().filter(http)
+    refusal = logging.makeLogRecord({"name": "ragkb.http", "levelname": "WARNING", "msg": "POST /v1/search: too large"})
+    ContextFilter().filter(refusal)
+    worker = ConsoleFormatter("worker").format(_record("re-queued 1 documents"))
+    access = ConsoleFormatter("api").format(http)
+    stack = PrivateStack(REPO, tmp_path, {})
+    stack.log_path.write_text("\n".join([worker, *[access] * 50, ConsoleFormatter("api").format(refusal)]) + "\n")
+    assert stack.log_tail().splitlines() == [worker, ConsoleFormatter("api").format(refusal)]
 
 
 def test_the_ids_are_unbound_after_their_block() -> None:
