@@ -1,8 +1,11 @@
 """A task process's runtime is built once (ragkb_worker.app.once_per_process): the preload thread and a task that
-arrives meanwhile share one build, and a build that failed is tried again by the next call."""
+arrives meanwhile share one build, a build that failed is tried again by the next call, and a build that hangs
+ends its process (ragkb_worker.app.preload_runtime)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -44,3 +47,41 @@ def test_a_build_that_failed_is_tried_again_by_the_next_call() -> None:
     with pytest.raises(RuntimeError):
         runtime()
     assert runtime() == "runtime" and runtime() == "runtime" and len(attempts) == 2
+
+
+# A task process whose preload builds with `sys.argv[1]` ("hangs" or "loads"), stuck after 0.5 s; it lives
+# `sys.argv[2]` seconds after its start unless it is ended.
+PRELOAD = """
+import sys, threading, time
+from celery.signals import worker_process_init
+from ragkb_worker.app import preload_runtime
+
+def model_load_that_never_ends():
+    threading.Event().wait()
+
+def model_load():
+    time.sleep(0.1)
+
+preload_runtime(model_load_that_never_ends if sys.argv[1] == "hangs" else model_load, stuck_after_s=0.5)
+worker_process_init.send(sender=None)
+time.sleep(float(sys.argv[2]))
+"""
+
+
+def run_preload(build: str, lives_s: float) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", PRELOAD, build, str(lives_s)], capture_output=True, text=True, timeout=120, check=False
+    )
+
+
+def test_a_preload_that_hangs_writes_every_threads_stack_and_ends_the_process() -> None:
+    # The pool starts another process; before, tasks waited for the build until the hard time limit (16 min).
+    started = time.monotonic()
+    ended = run_preload("hangs", lives_s=60)
+    assert ended.returncode == 1 and time.monotonic() - started < 30
+    assert "model_load_that_never_ends" in ended.stderr and "Thread" in ended.stderr
+
+
+def test_a_preload_that_ends_leaves_the_process_alone() -> None:
+    ended = run_preload("loads", lives_s=1.5)
+    assert (ended.returncode, ended.stderr) == (0, "")

@@ -3,6 +3,7 @@ which builds a task process's share)."""
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import logging
 import os
@@ -31,6 +32,10 @@ from ragkb_worker.tasks import register_tasks
 
 _log = logging.getLogger("ragkb.worker")
 T = TypeVar("T")
+# The default model loads in seconds (~8 s of CPU, longer on a loaded machine): a build that has not ended after
+# this long never will.
+PRELOAD_STUCK_AFTER_S = 300.0
+STDERR_FD = 2  # the worker's log
 
 
 def create_worker_app(settings: WorkerSettings) -> Celery:
@@ -58,18 +63,26 @@ def once_per_process(build: Callable[[], T]) -> Callable[[], T]:
     return get
 
 
-def preload_runtime(runtime: Callable[[], object]) -> None:
+def preload_runtime(runtime: Callable[[], object], stuck_after_s: float = PRELOAD_STUCK_AFTER_S) -> None:
     """Each task process builds its runtime, the default embedding model loaded, as it starts, in a thread of its
     own: the first documents after a worker (re)start do not wait seconds for the model (the whole JSQuAD corpus
     on a fresh stack spent ~8 s of each process's CPU on it), and the process takes tasks meanwhile (a task that
     arrives first waits for the same build). A build that fails is logged; the first task builds again and fails
-    with the reason, as before."""
+    with the reason, as before.
+
+    A build still running after `stuck_after_s` is stuck, not slow: the process writes every thread's stack to
+    its stderr (the worker's log) and exits, and the pool starts another. Tasks would otherwise wait for that
+    build until the hard time limit, with nothing in the log to say why (ragkb_worker.fork_gate)."""
 
     def build() -> None:
+        # The descriptor: Celery replaces sys.stderr in a task process with a logger, which has none.
+        faulthandler.dump_traceback_later(stuck_after_s, exit=True, file=STDERR_FD)
         try:
             runtime()
         except Exception:
             _log.warning("could not preload the task process's runtime; its first task builds it", exc_info=True)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
 
     def start(**_: Any) -> None:
         threading.Thread(target=build, name="ragkb-preload", daemon=True).start()
