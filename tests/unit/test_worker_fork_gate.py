@@ -20,6 +20,7 @@ from ragkb_worker.fork_gate import ForkGate
 gate = ForkGate(fork_wait_s=float(sys.argv[2]))
 if sys.argv[1] == "gated":
     gate.install()
+    gate.install()  # a second install changes nothing (two pairs of hooks would deadlock the fork)
 module_lock = threading.Lock()
 inside = threading.Event()
 

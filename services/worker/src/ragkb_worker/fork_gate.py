@@ -36,6 +36,7 @@ class ForkGate:
         self._working = 0
         self._forking = False
         self._fork_wait_s = fork_wait_s
+        self._installed = False
 
     @contextmanager
     def working(self) -> Iterator[None]:
@@ -51,7 +52,11 @@ class ForkGate:
                 self._state.notify_all()
 
     def install(self) -> None:
-        """Make every fork of this process (and of its children, which inherit the hooks) pass the gate."""
+        """Make every fork of this process (and of its children, which inherit the hooks) pass the gate. Once
+        only: a second pair of hooks would wait, inside the same fork, for the lock the first one holds."""
+        if self._installed:
+            return
+        self._installed = True
         os.register_at_fork(
             before=self.before_fork, after_in_parent=self.after_fork_in_parent, after_in_child=self.after_fork_in_child
         )
