@@ -23,7 +23,7 @@ from ragkb_cli.stack import PrivateStack, free_port
 from ragkb_core import request_context
 from ragkb_core.settings import MetricsSettings
 from ragkb_http import PROBLEM_HANDLERS
-from ragkb_http.observability import metrics_router, observation_middleware
+from ragkb_http.observability import ACCESS_LOG_FORMAT, metrics_router, observation_middleware
 from ragkb_telemetry.exposition import scrape_registry
 from ragkb_telemetry.logs import ConsoleFormatter, ContextFilter, JsonFormatter
 from ragkb_worker.health import start_health_server
@@ -73,7 +73,7 @@ def test_a_console_line_ends_with_the_ids_it_is_about() -> None:
 def test_a_stacks_log_tail_leaves_out_the_access_lines_and_keeps_what_the_services_said(tmp_path: Path) -> None:
     # A test polling a document wrote thousands of access lines: the tail it printed hid the worker entirely.
     http = logging.makeLogRecord(
-        {"name": "ragkb.http", "levelname": "INFO", "msg": "%s %s %d %.1f ms", "args": ("GET", "/v1/x", 200, 3.1)}
+        {"name": "ragkb.http", "levelname": "INFO", "msg": ACCESS_LOG_FORMAT, "args": ("GET", "/v1/x", 200, 3.1)}
     )
     ContextFilter().filter(http)
     refusal = logging.makeLogRecord({"name": "ragkb.http", "levelname": "WARNING", "msg": "POST /v1/search: too large"})

@@ -29,6 +29,8 @@ from ragkb_telemetry.metrics import child
 _log = logging.getLogger("ragkb.http")
 # Probes and scrapes every few seconds: counted, but logged only at DEBUG.
 QUIET_ROUTES = frozenset({"/health", "/ready", "/metrics"})
+# One access line per request: method, route, status, milliseconds (ragkb_cli.stack.ACCESS_LINE recognises it).
+ACCESS_LOG_FORMAT = "%s %s %d %.1f ms"
 _REQUEST_ID_HEADER_BYTES = REQUEST_ID_HEADER.lower().encode()
 
 
@@ -73,7 +75,7 @@ class RequestObservation:
             return
         _log.log(
             level,
-            "%s %s %d %.1f ms",
+            ACCESS_LOG_FORMAT,
             scope["method"],
             route,
             status,
