@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from ragkb_cli.stack import STOP_TIMEOUT_S
+from ragkb_retriever.app import INDEX_WARMED
 from tests.e2e.conftest import REPO, RunningRagkb, e2e_env, service_pids
 from tests.e2e.test_resilience import large_manual
 from tests.support.redis_server import RedisServer, redis_server
@@ -53,6 +54,7 @@ def test_a_killed_service_is_started_again_and_serves(ragkb: RunningRagkb, modul
     document = upload_text(ragkb, kb_id, "The spare keys hang in the porter's lodge, left of the door.")
     ragkb.wait_document(kb_id, document["id"])
     before = set(service_pids(ragkb.env["RAGKB_TEST_CWD"], module))
+    warmed_before = ragkb.log_path.read_text().count(INDEX_WARMED)
 
     ragkb.signal_service(module, signal.SIGKILL)
 
@@ -63,6 +65,9 @@ def test_a_killed_service_is_started_again_and_serves(ragkb: RunningRagkb, modul
     assert f"launcher: {name} exited (signal SIGKILL)" in ragkb.log_path.read_text()
     # Said at the launcher's next look, which may come a moment after the first answer.
     wait_until(lambda: f"launcher: {name} is ready again" in ragkb.log_path.read_text(), 10, lambda: "not said")
+    if name == "retriever":
+        # The new retriever loaded the KBs' indexes as it started, so no KB's first search waits for its load.
+        wait_until(lambda: ragkb.log_path.read_text().count(INDEX_WARMED) > warmed_before, 30, lambda: "not warmed")
     # Writes work again too: the retriever's index and the api's queue are back.
     second = upload_text(ragkb, kb_id, "The bicycle shed closes at ten.")
     assert ragkb.wait_document(kb_id, second["id"])["status"] == "done"

@@ -258,3 +258,55 @@ def test_edge_refuses_a_cluster_layout_and_accepts_its_own(tmp_path: Path) -> No
         assert index.kb_exists("kb1")
     finally:
         index.close()
+
+
+def _loads_elsewhere(shard_dir: Path) -> bool:
+    """Whether the shard can be opened again: Edge refuses a second EdgeShard on a directory (its WAL lock)."""
+    try:
+        EdgeShard.load(str(shard_dir)).close()
+    except Exception:  # Edge raises a plain RuntimeError-like error on the lock
+        return False
+    return True
+
+
+def test_warm_up_opens_every_live_shard_and_skips_what_is_gone(settings: QdrantSettings) -> None:
+    written = EdgeIndex(settings)
+    for kb_id in ("a0b1", "c2d3", "e4f5"):
+        written.create_kb(kb_id, DIM)
+    written.upsert("a0b1", _points("a0b1", "d", 3))
+    written.upsert("c2d3", _points("c2d3", "d", 2))
+    written.drop_kb("e4f5")
+    before = _search(written, "a0b1")
+    written.close()
+    (settings.path / "notes.alias").write_text("not an alias")  # a stray file beside the aliases
+
+    index = EdgeIndex(settings)
+    try:
+        live = settings.path / ids.collection_name("a0b1", 1)
+        assert _loads_elsewhere(live)  # closed and reopened: nothing is open until a call needs it
+        assert index.warm_up() == 2  # the empty-handed c2d3 too; e4f5 was dropped
+        assert not _loads_elsewhere(live)
+        assert not _loads_elsewhere(settings.path / ids.collection_name("c2d3", 1))
+        assert _search(index, "a0b1") == before
+    finally:
+        index.close()
+
+
+def test_warm_up_leaves_a_kb_that_cannot_load_to_its_first_call(
+    settings: QdrantSettings, caplog: pytest.LogCaptureFixture
+) -> None:
+    written = EdgeIndex(settings)
+    for kb_id in ("a0b1", "c2d3"):
+        written.create_kb(kb_id, DIM)
+        written.upsert(kb_id, _points(kb_id, "d", 2))
+    written.close()
+    # c2d3's alias names a collection that is not on disk: loading it fails.
+    (settings.path / f"{ids.alias_name('c2d3')}.alias").write_text(ids.collection_name("c2d3", 7))
+
+    index = EdgeIndex(settings)
+    try:
+        assert index.warm_up() == 1
+        assert "could not warm up the index of knowledge base c2d3" in caplog.text
+        assert _search(index, "a0b1") > 0
+    finally:
+        index.close()

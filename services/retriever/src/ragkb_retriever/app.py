@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 from dataclasses import dataclass
 
 from litestar import Litestar
@@ -24,6 +27,14 @@ from ragkb_retriever.settings import RetrieverSettings, query_embedding_settings
 from ragkb_telemetry.exposition import scrape_registry
 from ragkb_telemetry.metrics import timed_model_load
 from ragkb_telemetry.tracing import tracing_configured
+
+logger = logging.getLogger(__name__)
+
+# Analysed once at start: the first Japanese text loads Sudachi's dictionary (~45 ms), which would otherwise be
+# the first search's `analyze` stage.
+ANALYZER_WARM_UP_TEXT = "就業規則の有給休暇 paid leave"
+# The start of the line logged once every KB's index is loaded (the launcher's tests look for it).
+INDEX_WARMED = "warmed the index of"
 
 
 @dataclass(frozen=True)
@@ -48,6 +59,11 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
 
     def bm25_for(analyzer: KbAnalyzer) -> Bm25Encoder:
         return bm25_encoder_for(analyzer, settings.analyzer)
+
+    with timed_model_load("analyzer", "default"):
+        bm25_for(KbAnalyzer()).encode_query(ANALYZER_WARM_UP_TEXT)
+    # In the background: the service answers meanwhile, a KB not warmed yet loads on its first search as before.
+    threading.Thread(target=_warm_up_index, args=(index,), name="index-warm-up", daemon=True).start()
 
     external = ExternalSearch(settings.external)
     return RetrieverServices(
@@ -101,6 +117,13 @@ def create_app(settings: RetrieverSettings) -> Litestar:
         on_shutdown=[services.search.close, services.index.close],
         logging_config=None,
     )
+
+
+def _warm_up_index(index: VectorIndex) -> None:
+    started = time.perf_counter()
+    warmed = index.warm_up()
+    if warmed:
+        logger.info(f"{INDEX_WARMED} %d knowledge base(s) in %.1f s", warmed, time.perf_counter() - started)
 
 
 def _index_answers(indexing: IndexService) -> bool:

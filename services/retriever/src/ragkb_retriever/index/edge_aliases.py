@@ -24,6 +24,12 @@ class AliasFiles:
             return None
         return target or None
 
+    def kb_ids(self) -> list[str]:
+        """Every KB that has an alias under the root."""
+        stems = [path.name.removesuffix(ALIAS_SUFFIX) for path in self._root.glob(f"*{ALIAS_SUFFIX}")]
+        # The id follows the alias name's prefix; checked against ids.alias_name, the one naming scheme.
+        return sorted(kb_id for stem in stems if ids.alias_name(kb_id := stem.partition("_")[2]) == stem)
+
     def write(self, kb_id: str, collection: str) -> None:
         """Point the alias at `collection`: readers see the old or the new target, never a torn file."""
         path = self._path(kb_id)

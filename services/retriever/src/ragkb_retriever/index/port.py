@@ -232,6 +232,11 @@ class VectorIndex(Protocol):
         """Build the KB's search indexes now (Edge); a no-op where the engine does it itself."""
         ...
 
+    def warm_up(self) -> int:
+        """Load every KB's live index and search it once, so that no KB's first search after a start pays for
+        the load; returns how many KBs were warmed (0 where the engine loads its collections by itself)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -334,6 +334,10 @@ class ServerIndex:
     def optimize(self, kb_id: str) -> None:
         """Nothing to do: a Qdrant server builds its indexes in the background by itself."""
 
+    def warm_up(self) -> int:
+        """Nothing to do: a Qdrant server loads its collections as it starts."""
+        return 0
+
     def close(self) -> None:
         self._client.close()
 
