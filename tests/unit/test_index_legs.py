@@ -7,9 +7,8 @@ import pytest
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import InvalidInput
 from ragkb_retriever.index.port import (
-    DbsfHere,
     DenseLeg,
-    FusedLeg,
+    FuseHere,
     IndexHit,
     KeywordLeg,
     Step,
@@ -31,9 +30,11 @@ def _hits(*ids: str) -> list[IndexHit]:
     return [IndexHit(id=point_id, score=1.0 / (rank + 1), payload={}) for rank, point_id in enumerate(ids)]
 
 
-def test_a_hybrid_search_runs_both_legs_and_their_fusion() -> None:
+def test_a_hybrid_search_runs_both_legs_once_and_fuses_them_here() -> None:
     dense, keyword = DenseLeg(VECTOR), KeywordLeg(TERMS)
-    assert _plan(VECTOR, TERMS) == (dense, keyword, FusedLeg(dense, keyword, limit=3, rrf_k=61))
+    steps = _plan(VECTOR, TERMS)
+    assert steps == (dense, keyword, FuseHere("rrf", (1.0, 1.0), 61))
+    assert engine_legs(steps) == [dense, keyword]  # not a third request that would run both legs again
 
 
 def test_without_a_dense_vector_only_the_keyword_leg_runs() -> None:
@@ -56,12 +57,23 @@ def test_limits_and_k_below_one_are_rejected(limit: int, candidates: int, rrf_k:
         plan_legs(VECTOR, TERMS, OPEN, limit=limit, candidate_limit=candidates, rrf_k=rrf_k)
 
 
-def test_a_hybrid_batch_maps_each_result_to_its_leg() -> None:
+def test_a_hybrid_batch_maps_each_result_to_its_leg_and_fuses_them_by_rrf() -> None:
     legs = _plan(VECTOR, TERMS)
-    results = assemble(legs, [_hits("a", "b"), _hits("c"), _hits("c", "a")], limit=3)
+    results = assemble(legs, [_hits("a", "b"), _hits("c", "a")], limit=2)
     assert [hit.id for hit in results.dense] == ["a", "b"]
-    assert [hit.id for hit in results.keyword] == ["c"]
-    assert [hit.id for hit in results.fused] == ["c", "a"]
+    assert [hit.id for hit in results.keyword] == ["c", "a"]
+    # Qdrant's k = 61, rank from 0: a 1/61 + 1/62, c 1/61, b 1/62.
+    assert [hit.id for hit in results.fused] == ["a", "c"]
+    assert results.fused[0].score == pytest.approx(1 / 61 + 1 / 62)
+
+
+def test_weighted_rrf_scales_each_legs_ranks_and_ties_go_by_id() -> None:
+    steps = (DenseLeg(VECTOR), KeywordLeg(TERMS), FuseHere("rrf", (2.0, 1.0), 61))
+    results = assemble(steps, [_hits("b", "x"), _hits("a", "b")], limit=4)
+    # dense weight 2: rank0 r → 1 / ((r + 1) / 2 + 60); keyword: 1 / (r + 61).
+    expected = {"b": 1 / 60.5 + 1 / 62, "x": 1 / 61, "a": 1 / 61}
+    assert [hit.id for hit in results.fused] == ["b", "a", "x"]  # a and x tie: by id
+    assert [hit.score for hit in results.fused] == pytest.approx([expected[i] for i in ("b", "a", "x")])
 
 
 def test_a_single_leg_is_its_own_fusion_cut_to_the_limit() -> None:
@@ -73,17 +85,17 @@ def test_a_single_leg_is_its_own_fusion_cut_to_the_limit() -> None:
     assert keyword_only.dense == []
 
 
-def test_unweighted_dbsf_is_the_engines_and_weighted_dbsf_is_fused_here() -> None:
+def test_dbsf_weighted_or_not_is_fused_here() -> None:
     dense, keyword = DenseLeg(VECTOR), KeywordLeg(TERMS)
     plain = plan_legs(VECTOR, TERMS, OPEN, limit=3, candidate_limit=10, rrf_k=61, fusion="dbsf")
-    assert plain == (dense, keyword, FusedLeg(dense, keyword, limit=3, rrf_k=61, method="dbsf"))
+    assert plain == (dense, keyword, FuseHere("dbsf", (1.0, 1.0), 61))
     weighted = plan_legs(VECTOR, TERMS, OPEN, limit=3, candidate_limit=10, rrf_k=61, weights=(1.0, 1.5), fusion="dbsf")
-    assert weighted == (dense, keyword, DbsfHere((1.0, 1.5)))
+    assert weighted == (dense, keyword, FuseHere("dbsf", (1.0, 1.5), 61))
     assert engine_legs(weighted) == [dense, keyword]  # the engine runs the legs, not the fusion
 
 
 def test_weighted_dbsf_scales_each_legs_normalised_scores() -> None:
-    steps = (DenseLeg(VECTOR), KeywordLeg(TERMS), DbsfHere((1.0, 2.0)))
+    steps = (DenseLeg(VECTOR), KeywordLeg(TERMS), FuseHere("dbsf", (1.0, 2.0), 61))
     dense = [IndexHit("a", 0.9, {}), IndexHit("b", 0.8, {}), IndexHit("c", 0.7, {})]
     keyword = [IndexHit("c", 12.0, {}), IndexHit("d", 6.0, {})]
     results = assemble(steps, [dense, keyword], limit=3)

@@ -27,7 +27,6 @@ from ragkb_retriever.external.passages import passage_payload, scalar_metadata, 
 from ragkb_retriever.index.filters import FilterSpec
 from ragkb_retriever.index.port import (
     DenseLeg,
-    FusedLeg,
     IndexHit,
     KeywordLeg,
     Leg,
@@ -36,7 +35,6 @@ from ragkb_retriever.index.port import (
     engine_legs,
     no_results,
     plan_legs,
-    rrf_weights,
 )
 from ragkb_retriever.index.server import qdrant_filter
 from ragkb_retriever.settings import ExternalSettings
@@ -218,24 +216,10 @@ class _Requests:
         self._candidates = candidates
 
     def build(self, leg: Leg) -> qm.QueryRequest:
-        match leg:
-            case DenseLeg() | KeywordLeg():
-                prefetch = self._prefetch(leg)
-                return qm.QueryRequest(
-                    query=prefetch.query,
-                    using=prefetch.using,
-                    filter=prefetch.filter,
-                    limit=prefetch.limit,
-                    with_payload=True,
-                )
-            case FusedLeg():
-                fusion: qm.RrfQuery | qm.FusionQuery = (
-                    qm.FusionQuery(fusion=qm.Fusion.DBSF)
-                    if leg.method == "dbsf"
-                    else qm.RrfQuery(rrf=qm.Rrf(k=leg.rrf_k, weights=rrf_weights(leg)))
-                )
-                prefetches = [self._prefetch(leg.dense), self._prefetch(leg.keyword)]
-                return qm.QueryRequest(prefetch=prefetches, query=fusion, limit=leg.limit, with_payload=True)
+        prefetch = self._prefetch(leg)
+        return qm.QueryRequest(
+            query=prefetch.query, using=prefetch.using, filter=prefetch.filter, limit=prefetch.limit, with_payload=True
+        )
 
     def _prefetch(self, leg: DenseLeg | KeywordLeg) -> qm.Prefetch:
         if isinstance(leg, DenseLeg):

@@ -40,7 +40,6 @@ from qdrant_edge import (
     EdgeVectorParams,
     FieldCondition,
     Filter,
-    Fusion,
     IdfParams,
     MatchAny,
     MatchValue,
@@ -68,7 +67,6 @@ from ragkb_retriever.index.edge_aliases import AliasFiles
 from ragkb_retriever.index.edge_shards import ShardClosedError, ShardHandle, ShardMaintainer
 from ragkb_retriever.index.port import (
     DenseLeg,
-    FusedLeg,
     GenerationInfo,
     IndexHit,
     IndexPoint,
@@ -86,7 +84,6 @@ from ragkb_retriever.index.port import (
     no_results,
     plan_legs,
     refuse_layout_on_edge,
-    rrf_weights,
     term_idf,
     with_payloads,
     wrong_dimension,
@@ -552,8 +549,6 @@ class _LegRequests:
                 return self._leg(self._dense(leg))
             case KeywordLeg():
                 return self._leg(self._keyword(leg))
-            case FusedLeg():
-                return self._fused(leg)
 
     def _leg(self, prefetch: Prefetch) -> QueryRequest:
         """A leg on its own is its prefetch as a request, so that it matches the fused request's input."""
@@ -573,21 +568,6 @@ class _LegRequests:
         vector = SparseVector(leg.terms.indices, leg.terms.values)
         query = Query.Nearest(vector, using=SPARSE_VECTOR)
         return Prefetch(limit=self._candidates, query=query, filter=self._filter, params=self._idf)
-
-    def _fused(self, leg: FusedLeg) -> QueryRequest:
-        # The prefetches are the very legs run beside this request, so the fused list is their fusion.
-        return QueryRequest(
-            limit=leg.limit,
-            prefetches=[self._dense(leg.dense), self._keyword(leg.keyword)],
-            query=_fusion(leg),  # type: ignore[arg-type]  # the stub's union omits Fusion
-            with_payload=True,
-        )
-
-
-def _fusion(leg: FusedLeg) -> Fusion.Rrf | Fusion.Dbsf:
-    if leg.method == "dbsf":
-        return Fusion.Dbsf()
-    return Fusion.Rrf(k=leg.rrf_k, weights=rrf_weights(leg))
 
 
 def _edge_config(dense_size: int) -> EdgeConfig:

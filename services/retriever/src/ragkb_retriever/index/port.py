@@ -4,23 +4,27 @@ Two adapters implement it: `EdgeIndex` (Qdrant Edge in-process, the embedded def
 (a Qdrant server or cluster through qdrant-client). They must give the same results for the same
 operations; tests/integration/test_index_congruence.py holds them to it.
 
-Fusion. `search` fuses the dense and keyword legs with the engine's fusion that the KB chose: DBSF (the
-default of a KB's `retrieval.fusion`, below) or Reciprocal Rank Fusion. The adapters' `fusion` parameter
-defaults to "rrf" only for their own tests; the retriever always passes the KB's. RRF scores a point as
+Fusion. `search` runs the dense and the keyword leg once each (as one batch) and fuses them here, by the
+fusion the KB chose: DBSF (the default of a KB's `retrieval.fusion`, below) or Reciprocal Rank Fusion, with
+the KB's leg weights. (The engines can fuse themselves, from prefetches; but a search also returns each leg on
+its own, for the relevance of its passages and for explain, and the engine runs its prefetches again: every
+hybrid search ran four legs. Fusing here runs two: the retrieve stage 3.7 → 2.7 ms at 50,000 points, measured.)
+The formulas are the engines' own, which tests/integration/test_index_congruence.py holds both adapters to:
+the adapters' `fusion` parameter defaults to "rrf" only for their own tests; the retriever always passes the
+KB's. RRF scores a point as
 
     fused(d) = sum over legs L containing d of 1 / (k + rank_L(d)),   rank_L counted from 0
 
-(verified against Qdrant Edge and qdrant-client's local mode, see test_index_congruence.py). The RRF
-paper counts ranks from 1, 1 / (k_paper + rank_1), so Qdrant's k = k_paper + 1: the paper's k = 60 is
-`rrf_k=61`. Qdrant's own default k is 2, which is why `rrf_k` is always passed explicitly.
+(Qdrant's definition, verified against Qdrant Edge and qdrant-client's local mode). The RRF paper counts ranks
+from 1, 1 / (k_paper + rank_1), so Qdrant's k = k_paper + 1: the paper's k = 60 is `rrf_k=61`. Qdrant's own
+default k is 2, which is why `rrf_k` is always passed explicitly.
 
 Leg weights (Qdrant's definition) scale a leg's rank, not its score: a leg of weight w contributes
 1 / ((rank0 + 1) / w + k − 1), i.e. 1 / (k_paper + rank_1 / w) in the paper's terms; w = 1 is plain RRF.
 
 DBSF (distribution-based score fusion) normalises each leg's scores by its mean ± 3 sample standard deviations
-onto [0, 1] and sums them. The engine's DBSF takes no leg weights, so DBSF with weights other than (1, 1) is
-computed here, from the two legs the engine returns, by the same formula with each leg's part multiplied by
-its weight (`weighted_dbsf`); unweighted DBSF stays the engine's own.
+onto [0, 1], multiplies them by the leg's weight (ragkb's extension: the engines' DBSF has none) and sums them.
+Ties are broken by point id, so that a search is repeatable.
 """
 
 from __future__ import annotations
@@ -254,38 +258,22 @@ class KeywordLeg:
 
 
 @dataclass(frozen=True)
-class FusedLeg:
-    """A dense and a keyword leg fused by the engine (which runs them again as its prefetches): RRF with
-    `rrf_k` and `weights`, or DBSF (distribution-based score fusion: each leg's scores are normalised by
-    its mean ± 3 standard deviations, then summed; it has no parameters)."""
+class FuseHere:
+    """Not an engine request: fuse the dense and keyword legs here, by `method` with these leg weights (and, for
+    RRF, Qdrant's `rrf_k`)."""
 
-    dense: DenseLeg
-    keyword: KeywordLeg
-    limit: int
-    rrf_k: int
-    weights: tuple[float, float] = (1.0, 1.0)
-    method: FusionMethod = "rrf"
-
-
-@dataclass(frozen=True)
-class DbsfHere:
-    """Not an engine request: fuse the dense and keyword legs by DBSF with these leg weights, here."""
-
+    method: FusionMethod
     weights: tuple[float, float]
+    rrf_k: int
 
 
-Leg = DenseLeg | KeywordLeg | FusedLeg
-Step = Leg | DbsfHere
+Leg = DenseLeg | KeywordLeg
+Step = Leg | FuseHere
 
 
 def engine_legs(steps: Sequence[Step]) -> list[Leg]:
     """The steps the engine runs (as one batch, in this order)."""
-    return [step for step in steps if not isinstance(step, DbsfHere)]
-
-
-def rrf_weights(leg: FusedLeg) -> list[float] | None:
-    """The weights to send the engine, in prefetch order (dense, keyword); None for plain RRF."""
-    return None if leg.weights == (1.0, 1.0) else list(leg.weights)
+    return [step for step in steps if not isinstance(step, FuseHere)]
 
 
 def document_delete_filter(
@@ -366,19 +354,15 @@ def plan_legs(
         legs.append(DenseLeg(dense))
     if sparse is not None and sparse.indices:
         legs.append(KeywordLeg(sparse))
-    match legs:
-        case [DenseLeg() as dense_leg, KeywordLeg() as keyword_leg] if fusion == "dbsf" and weights != (1.0, 1.0):
-            return dense_leg, keyword_leg, DbsfHere(weights)
-        case [DenseLeg() as dense_leg, KeywordLeg() as keyword_leg]:
-            return dense_leg, keyword_leg, FusedLeg(dense_leg, keyword_leg, limit, rrf_k, weights, fusion)
-        case _:
-            return tuple(legs)
+    if len(legs) == 2:
+        return *legs, FuseHere(fusion, weights, rrf_k)
+    return tuple(legs)
 
 
 def fused_without_payloads(steps: Sequence[Step], leg_payloads: bool) -> bool:
     """A search whose answer is made from leg hits that came without payloads (one leg cut to `limit`, or a
     fusion computed here): the answer needs them fetched by id afterwards (`with_payloads`)."""
-    computed_here = len(engine_legs(steps)) == 1 or any(isinstance(step, DbsfHere) for step in steps)
+    computed_here = len(engine_legs(steps)) == 1 or any(isinstance(step, FuseHere) for step in steps)
     return not leg_payloads and computed_here
 
 
@@ -392,31 +376,48 @@ def assemble(steps: Sequence[Step], results: Sequence[list[IndexHit]], limit: in
     `limit` as fused."""
     dense: list[IndexHit] = []
     keyword: list[IndexHit] = []
-    fused: list[IndexHit] | None = None
     for leg, hits in zip(engine_legs(steps), results, strict=True):
         if isinstance(leg, DenseLeg):
             dense = hits
-        elif isinstance(leg, KeywordLeg):
-            keyword = hits
         else:
-            fused = hits
-    here = next((step for step in steps if isinstance(step, DbsfHere)), None)
-    if here is not None:
-        fused = weighted_dbsf((dense, keyword), here.weights)[:limit]
-    if fused is None:
-        fused = (dense or keyword)[:limit]
-    return LegResults(fused=fused, dense=dense, keyword=keyword)
+            keyword = hits
+    here = next((step for step in steps if isinstance(step, FuseHere)), None)
+    if here is None:
+        return LegResults(fused=(dense or keyword)[:limit], dense=dense, keyword=keyword)
+    if here.method == "dbsf":
+        fused = weighted_dbsf((dense, keyword), here.weights)
+    else:
+        fused = weighted_rrf((dense, keyword), here.weights, here.rrf_k)
+    return LegResults(fused=fused[:limit], dense=dense, keyword=keyword)
 
 
 def weighted_dbsf(legs: Sequence[Sequence[IndexHit]], weights: Sequence[float]) -> list[IndexHit]:
     """The engine's DBSF with leg weights: per leg, scores mapped from [mean − 3σ, mean + 3σ] (sample σ) onto
     [0, 1] (a single result, or no spread, scores 0.5), times the leg's weight, summed per point; best first,
     ties by id (so that a search is repeatable)."""
+    parts = [
+        [weight * normalised for normalised in distribution_normalised([hit.score for hit in leg])]
+        for leg, weight in zip(legs, weights, strict=True)
+    ]
+    return _summed(legs, parts)
+
+
+def weighted_rrf(legs: Sequence[Sequence[IndexHit]], weights: Sequence[float], rrf_k: int) -> list[IndexHit]:
+    """The engine's RRF with Qdrant's k and rank-scaling weights: 1 / ((rank0 + 1) / w + k − 1) per leg, summed
+    per point; best first, ties by id."""
+    parts = [
+        [1.0 / ((rank + 1) / weight + rrf_k - 1) for rank in range(len(leg))]
+        for leg, weight in zip(legs, weights, strict=True)
+    ]
+    return _summed(legs, parts)
+
+
+def _summed(legs: Sequence[Sequence[IndexHit]], parts: Sequence[Sequence[float]]) -> list[IndexHit]:
     totals: dict[str, float] = {}
     first_seen: dict[str, IndexHit] = {}
-    for leg, weight in zip(legs, weights, strict=True):
-        for hit, normalised in zip(leg, distribution_normalised([hit.score for hit in leg]), strict=True):
-            totals[hit.id] = totals.get(hit.id, 0.0) + weight * normalised
+    for leg, leg_parts in zip(legs, parts, strict=True):
+        for hit, part in zip(leg, leg_parts, strict=True):
+            totals[hit.id] = totals.get(hit.id, 0.0) + part
             first_seen.setdefault(hit.id, hit)
     ordered = sorted(totals, key=lambda point: (-totals[point], point))
     return [IndexHit(id=point, score=totals[point], payload=first_seen[point].payload) for point in ordered]

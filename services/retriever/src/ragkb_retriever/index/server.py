@@ -29,7 +29,6 @@ from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index import filters
 from ragkb_retriever.index.port import (
     DenseLeg,
-    FusedLeg,
     GenerationInfo,
     IndexHit,
     IndexPoint,
@@ -46,7 +45,6 @@ from ragkb_retriever.index.port import (
     no_index,
     no_results,
     plan_legs,
-    rrf_weights,
     term_idf,
     with_payloads,
     wrong_dimension,
@@ -454,8 +452,6 @@ class _LegRequests:
                 return self._leg(self._dense(leg))
             case KeywordLeg():
                 return self._leg(self._keyword(leg))
-            case FusedLeg():
-                return self._fused(leg)
 
     def _leg(self, prefetch: qm.Prefetch) -> qm.QueryRequest:
         return qm.QueryRequest(
@@ -476,21 +472,6 @@ class _LegRequests:
         return qm.Prefetch(
             query=query, using=SPARSE_VECTOR, filter=self._filter, params=self._idf, limit=self._candidates
         )
-
-    def _fused(self, leg: FusedLeg) -> qm.QueryRequest:
-        # The prefetches are the very legs run beside this request, so the fused list is their fusion.
-        return qm.QueryRequest(
-            prefetch=[self._dense(leg.dense), self._keyword(leg.keyword)],
-            query=_fusion(leg),
-            limit=leg.limit,
-            with_payload=True,
-        )
-
-
-def _fusion(leg: FusedLeg) -> qm.RrfQuery | qm.FusionQuery:
-    if leg.method == "dbsf":
-        return qm.FusionQuery(fusion=qm.Fusion.DBSF)
-    return qm.RrfQuery(rrf=qm.Rrf(k=leg.rrf_k, weights=rrf_weights(leg)))
 
 
 def _collection(kb_id: str, generation: int | None) -> str:
