@@ -753,3 +753,27 @@ def test_sparse_term_ids_are_each_points_keyword_terms(engine: str, request: pyt
     found = index.sparse_term_ids(KBS[1], [point.id for point in points] + [ids.point_id(KBS[1], "gone", 1, 0)])
     assert found == {point.id: set(point.sparse.indices) for point in points}
     assert index.sparse_term_ids(KBS[1], []) == {}
+
+
+@pytest.mark.parametrize("engine", ["edge", "server"])
+@pytest.mark.parametrize("fusion", ["rrf", "dbsf"])
+def test_a_keyword_leg_run_ahead_gives_the_same_answer(
+    engine: str, fusion: FusionMethod, request: pytest.FixtureRequest
+) -> None:
+    """The retriever runs a new question's keyword leg while it embeds the question (a keyword-only search),
+    then hands that leg to the hybrid search: the answer is the one search of both legs gives."""
+    index: VectorIndex = request.getfixturevalue(engine)
+    _load(index)
+    checked = 0
+    for search in [search for search in SEARCHES if search.dense is not None and search.sparse is not None]:
+        whole = search.run(index, leg_payloads=False, fusion=fusion)
+        ahead = index.search(search.kb_id, None, search.sparse, search.scope, 1, CANDIDATES, RRF_K, leg_payloads=False)
+        split = index.search(
+            search.kb_id, search.dense, search.sparse, search.scope, LIMIT, CANDIDATES, RRF_K,
+            fusion=fusion, leg_payloads=False, keyword_leg=ahead.keyword,
+        )  # fmt: skip
+        assert_same_ranking(split.keyword, whole.keyword)
+        assert_same_ranking(split.fused, whole.fused)
+        assert_same_payloads(split.fused, whole.fused)
+        checked += bool(whole.fused)
+    assert checked > 10

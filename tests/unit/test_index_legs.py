@@ -15,6 +15,7 @@ from ragkb_retriever.index.port import (
     assemble,
     engine_legs,
     plan_legs,
+    run_legs,
 )
 
 VECTOR = [0.1, 0.2]
@@ -104,3 +105,21 @@ def test_weighted_dbsf_scales_each_legs_normalised_scores() -> None:
     assert [hit.id for hit in results.fused] == ["c", "d", "a"]
     assert results.fused[0].score == pytest.approx(1 / 3 + 2 * keyword_c, rel=1e-6)
     assert results.fused[1].score == pytest.approx(2 * (1 - keyword_c), rel=1e-6)
+
+
+def test_a_keyword_leg_already_run_is_taken_as_given_and_the_engine_runs_the_dense_leg_alone() -> None:
+    steps = _plan(VECTOR, TERMS)
+    asked: list[list[object]] = []
+
+    def engine(legs: list[DenseLeg | KeywordLeg]) -> list[list[IndexHit]]:
+        asked.append(list(legs))
+        return [_hits("a", "b") for _ in legs]
+
+    given = _hits("c", "a")
+    assert run_legs(steps, given, engine) == [_hits("a", "b"), given]
+    assert asked == [[DenseLeg(VECTOR)]]
+    assert run_legs(steps, None, engine) == [_hits("a", "b"), _hits("a", "b")]
+    assert asked[-1] == [DenseLeg(VECTOR), KeywordLeg(TERMS)]
+    # A search whose only leg is the one already run asks the engine for nothing.
+    assert run_legs(_plan(None, TERMS), given, engine) == [given]
+    assert len(asked) == 2

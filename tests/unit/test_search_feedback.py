@@ -41,13 +41,16 @@ class VectorWorld:
         self, kb_id: str, dense: list[float] | None, sparse: SparseTerms | None, scope: ScopeFilter, limit: int,
         candidate_limit: int, rrf_k: int, weights: tuple[float, float] = (1.0, 1.0), **_: Any,
     ) -> LegResults:  # fmt: skip
-        assert dense is not None
+        keyword = (
+            []
+            if self._keyword_only is None
+            else [IndexHit(self._keyword_only, 7.0, payload(kb_id, self._keyword_only))]
+        )
+        if dense is None:  # the keyword leg alone, run while the question is embedded
+            return LegResults(fused=keyword[:limit], dense=[], keyword=keyword)
         self.queries.append(dense)
         ranked = sorted(PASSAGES, key=lambda p: -cosine(dense, PASSAGES[p]))[:candidate_limit]
         hits = [IndexHit(p, cosine(dense, PASSAGES[p]), payload(kb_id, p)) for p in ranked]
-        if self._keyword_only is None:
-            return LegResults(fused=hits[:limit], dense=hits, keyword=[])
-        keyword = [IndexHit(self._keyword_only, 7.0, payload(kb_id, self._keyword_only))]
         return LegResults(fused=(keyword + hits)[:limit], dense=hits, keyword=keyword)
 
     def dense_vectors(self, kb_id: str, point_ids: Sequence[str], **_: Any) -> dict[str, list[float]]:

@@ -55,6 +55,11 @@ class QueryVectorCache:
                     self._vectors.popitem(last=False)
         return computed
 
+    def holds(self, model: str | None, text: str) -> bool:
+        """Whether the question's vector is cached (without counting a hit or refreshing it)."""
+        with self._lock:
+            return (model, text) in self._vectors
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._vectors)

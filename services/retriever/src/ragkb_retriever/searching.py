@@ -12,7 +12,7 @@ import math
 import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -140,9 +140,11 @@ class SearchService:
         started = time.perf_counter()
         watch = Stopwatch()
         parts = self._plan(query)
-        vectors = self._encode(query.query, parts, watch)
+        sparse = self._analyze(query.query, parts, watch)
+        early = self._keyword_legs_while_embedding(query.query, parts, sparse, explain=query.explain)
+        vectors = QueryVectors(dense_by_model=self._embed(query.query, parts, watch), sparse_by_analyzer=sparse)
         with watch.stage("retrieve"):
-            retrieved, unreachable = self._retrieve(query.query, parts, vectors, explain=query.explain)
+            retrieved, unreachable = self._retrieve(query.query, parts, vectors, early, explain=query.explain)
         if unreachable and len(unreachable) == len({part.kb.kb_id for part in parts}):
             # Nothing was searched at all: a bad gateway, not an empty answer.
             raise ExternalUnavailable("; ".join(unreachable.values()), knowledge_bases=sorted(unreachable))
@@ -209,11 +211,18 @@ class SearchService:
             return self._rerankers.is_available(kb.retrieval.reranker_model)
         return wanted
 
-    def _encode(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> QueryVectors:
-        models = {part.kb.embedding_model for part in parts if part.mode != "keyword" and needs_query_vector(part.kb)}
+    def _embed(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> dict[str | None, list[float]]:
+        models = self._models(parts)
         with watch.stage("embed", runs=bool(models)):
             # One vector per distinct model, in a fixed order: KBs of one model share it.
-            dense = {model: self._query_vector(model, text) for model in sorted(models, key=str)}
+            return {model: self._query_vector(model, text) for model in sorted(models, key=str)}
+
+    @staticmethod
+    def _models(parts: Sequence[KbPart]) -> set[str | None]:
+        """The embedding models whose vector of the question the parts need."""
+        return {part.kb.embedding_model for part in parts if part.mode != "keyword" and needs_query_vector(part.kb)}
+
+    def _analyze(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> dict[str, SparseTerms]:
         analyzed = [part for part in parts if needs_query_vector(part.kb) and self._needs_terms(part)]
         with watch.stage("analyze", runs=bool(analyzed)):
             sparse: dict[str, SparseTerms] = {}
@@ -221,7 +230,37 @@ class SearchService:
                 encoder = self._bm25_for(part.kb.analyzer)
                 if encoder.version not in sparse:
                     sparse[encoder.version] = encoder.encode_query(text)
-        return QueryVectors(dense_by_model=dense, sparse_by_analyzer=sparse)
+        return sparse
+
+    def _keyword_legs_while_embedding(
+        self, text: str, parts: Sequence[KbPart], sparse: dict[str, SparseTerms], *, explain: bool
+    ) -> dict[str, Future[LegResults]]:
+        """The keyword legs of the hybrid parts of a question that must still be embedded, started in the pool
+        now: the embedding releases the interpreter while the model runs, so on a free core the keyword leg
+        costs the answer nothing. A question whose vectors are cached gains nothing (and is not split)."""
+        if all(self._query_vectors.holds(model, text) for model in self._models(parts)):
+            return {}
+        early: dict[str, Future[LegResults]] = {}
+        for part in parts:
+            terms = self._legs_terms(part, sparse)
+            if part.kb.external is None and self._runs_dense(part) and terms is not None and terms.indices:
+                # A limit of 1: the keyword leg is read `candidate_limit` deep whatever the limit, which only sets
+                # how many of its passages come with payloads, and the fused answer is made later.
+                early[part.name] = self._pool.submit(
+                    self._engine_search, part.kb, part.scope, None, terms, 1, leg_payloads=explain
+                )
+        return early
+
+    @staticmethod
+    def _runs_dense(part: KbPart) -> bool:
+        return part.mode != "keyword" and part.kb.retrieval.dense_weight > 0 and needs_query_vector(part.kb)
+
+    def _legs_terms(self, part: KbPart, sparse: dict[str, SparseTerms]) -> SparseTerms | None:
+        """The question's terms for the part's keyword leg; None where the part runs no keyword leg."""
+        retrieval = part.kb.retrieval
+        if part.mode == "semantic" or retrieval.keyword_weight <= 0 or not needs_query_vector(part.kb):
+            return None
+        return sparse[self._bm25_for(part.kb.analyzer).version]
 
     def _needs_terms(self, part: KbPart) -> bool:
         """Whether the question's keyword terms are needed: for the keyword leg, or (a semantic search too) for
@@ -241,20 +280,22 @@ class SearchService:
     # -- retrieval ---------------------------------------------------------------------------------
 
     def _retrieve(
-        self, text: str, parts: Sequence[KbPart], vectors: QueryVectors, *, explain: bool
+        self,
+        text: str,
+        parts: Sequence[KbPart],
+        vectors: QueryVectors,
+        early: dict[str, Future[LegResults]],
+        *,
+        explain: bool,
     ) -> tuple[list[tuple[list[SearchHit], LegResults]], dict[str, str]]:
         """Every part's hits and legs, and the external KBs that could not be reached (KB id → why): their parts
-        contribute nothing, and the answer says so (degraded)."""
+        contribute nothing, and the answer says so (degraded). `early`: keyword legs already started, by part."""
         unreachable: dict[str, str] = {}
 
         def one_part(part: KbPart) -> tuple[list[SearchHit], LegResults]:
             retrieval = part.kb.retrieval
-            dense = None
-            if part.mode != "keyword" and retrieval.dense_weight > 0 and needs_query_vector(part.kb):
-                dense = vectors.dense_by_model[part.kb.embedding_model]
-            sparse = None
-            if part.mode != "semantic" and retrieval.keyword_weight > 0 and needs_query_vector(part.kb):
-                sparse = vectors.sparse_by_analyzer[self._bm25_for(part.kb.analyzer).version]
+            dense = vectors.dense_by_model[part.kb.embedding_model] if self._runs_dense(part) else None
+            sparse = self._legs_terms(part, vectors.sparse_by_analyzer)
             if part.kb.external is not None:
                 try:
                     return self._external_part(text, part, dense, sparse)
@@ -262,7 +303,16 @@ class SearchService:
                     unreachable[part.kb.kb_id] = f"knowledge base {part.kb.name or part.kb.kb_id}: {exc.detail}"
                     return [], no_results()
             # The legs' own payloads serve only the explanation of their rankings.
-            legs = self._engine_search(part.kb, part.scope, dense, sparse, part.depth, leg_payloads=explain)
+            started = early.get(part.name)
+            legs = self._engine_search(
+                part.kb,
+                part.scope,
+                dense,
+                sparse,
+                part.depth,
+                leg_payloads=explain,
+                keyword_leg=None if started is None else started.result().keyword,
+            )
             as_asked = None
             # Measured (bench/feedback.py) and so applied on hybrid searches only: both legs ran.
             if dense is not None and sparse is not None and sparse.indices and retrieval.feeds_back and legs.fused:
@@ -297,8 +347,10 @@ class SearchService:
         limit: int,
         *,
         leg_payloads: bool,
+        keyword_leg: Sequence[IndexHit] | None = None,
     ) -> LegResults:
-        """One search of the KB's index with its retrieval settings: `limit` fused passages."""
+        """One search of the KB's index with its retrieval settings: `limit` fused passages (`keyword_leg`: its
+        keyword leg, already run)."""
         retrieval = kb.retrieval
         return self._index.search(
             kb.kb_id,
@@ -313,6 +365,7 @@ class SearchService:
             fusion=retrieval.fusion,
             generation=kb.generation,
             leg_payloads=leg_payloads,
+            keyword_leg=keyword_leg,
         )
 
     def _feedback_vector(self, kb: KbSearch, dense: list[float], first: LegResults) -> list[float]:

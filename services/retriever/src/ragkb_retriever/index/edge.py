@@ -76,7 +76,6 @@ from ragkb_retriever.index.port import (
     PointPage,
     assemble,
     document_delete_filter,
-    engine_legs,
     fused_without_payloads,
     live_generation_conflict,
     no_generation,
@@ -84,6 +83,7 @@ from ragkb_retriever.index.port import (
     no_results,
     plan_legs,
     refuse_layout_on_edge,
+    run_legs,
     term_idf,
     with_payloads,
     wrong_dimension,
@@ -363,6 +363,7 @@ class EdgeIndex:
         fusion: FusionMethod = "rrf",
         generation: int | None = None,
         leg_payloads: bool = True,
+        keyword_leg: Sequence[IndexHit] | None = None,
     ) -> LegResults:
         legs = plan_legs(
             dense,
@@ -379,8 +380,12 @@ class EdgeIndex:
             return no_results()
         requests = _LegRequests(kb_id, scope, candidate_limit, leg_payloads)
         with self._shard(kb_id, generation) as (_, shard):
-            batch = shard.query_batch(QueryBatchRequest([requests.build(leg) for leg in engine_legs(legs)]))
-            results = assemble(legs, [[_hit(point) for point in points] for points in batch], limit)
+
+            def run(engine: list[Leg]) -> list[list[IndexHit]]:
+                batch = shard.query_batch(QueryBatchRequest([requests.build(leg) for leg in engine]))
+                return [[_hit(point) for point in points] for points in batch]
+
+            results = assemble(legs, run_legs(legs, keyword_leg, run), limit)
             if fused_without_payloads(legs, leg_payloads) and results.fused:
                 records = shard.retrieve([hit.id for hit in results.fused], with_payload=True, with_vector=False)
                 payloads = {str(record.id): record.payload or {} for record in records}

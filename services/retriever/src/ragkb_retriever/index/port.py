@@ -8,7 +8,8 @@ Fusion. `search` runs the dense and the keyword leg once each (as one batch) and
 fusion the KB chose: DBSF (the default of a KB's `retrieval.fusion`, below) or Reciprocal Rank Fusion, with
 the KB's leg weights. (The engines can fuse themselves, from prefetches; but a search also returns each leg on
 its own, for the relevance of its passages and for explain, and the engine runs its prefetches again: every
-hybrid search ran four legs. Fusing here runs two: the retrieve stage 3.7 → 2.7 ms at 50,000 points, measured.)
+hybrid search ran four legs. Fusing here runs two: the retrieve stage 5.59 → 4.61 ms p50 at 100,000 chunks,
+bench/latency_ab.py, README *Each leg runs once*.)
 The formulas are the engines' own, which tests/integration/test_index_congruence.py holds both adapters to:
 the adapters' `fusion` parameter defaults to "rrf" only for their own tests; the retriever always passes the
 KB's. RRF scores a point as
@@ -30,7 +31,7 @@ Ties are broken by point id, so that a search is repeatable.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -221,6 +222,7 @@ class VectorIndex(Protocol):
         fusion: FusionMethod = "rrf",
         generation: int | None = None,
         leg_payloads: bool = True,
+        keyword_leg: Sequence[IndexHit] | None = None,
     ) -> LegResults:
         """Both legs filtered by `scope` inside the engine, fused by `fusion`: DBSF, or RRF (Qdrant's k =
         `rrf_k`, leg `weights` (dense, keyword)), see the module docstring.
@@ -229,6 +231,8 @@ class VectorIndex(Protocol):
         `fused` is then that leg cut to `limit`. The `fused` hits always carry their payloads; the legs'
         hits only with `leg_payloads` (else `{}`): a search reads the payloads of the passages it answers
         with, not of every candidate (`candidate_limit` per leg), unless it explains the legs.
+        `keyword_leg`: the keyword leg of these very `sparse` terms and `scope`, already run (a keyword-only
+        search's `keyword`, made while the question was being embedded); the engine then runs the dense leg only.
         """
         ...
 
@@ -357,6 +361,20 @@ def plan_legs(
     if len(legs) == 2:
         return *legs, FuseHere(fusion, weights, rrf_k)
     return tuple(legs)
+
+
+def run_legs(
+    steps: Sequence[Step],
+    keyword_leg: Sequence[IndexHit] | None,
+    run: Callable[[list[Leg]], list[list[IndexHit]]],
+) -> list[list[IndexHit]]:
+    """The hits of every engine leg of `steps`, in their order: `run` (one engine batch) runs them, but for a
+    keyword leg already run (`VectorIndex.search`'s `keyword_leg`), which is taken as given."""
+    legs = engine_legs(steps)
+    known = None if keyword_leg is None else list(keyword_leg)
+    to_run = [leg for leg in legs if known is None or not isinstance(leg, KeywordLeg)]
+    ran = iter(run(to_run) if to_run else [])
+    return [known if known is not None and isinstance(leg, KeywordLeg) else next(ran) for leg in legs]
 
 
 def fused_without_payloads(steps: Sequence[Step], leg_payloads: bool) -> bool:

@@ -38,13 +38,13 @@ from ragkb_retriever.index.port import (
     PointPage,
     assemble,
     document_delete_filter,
-    engine_legs,
     fused_without_payloads,
     live_generation_conflict,
     no_generation,
     no_index,
     no_results,
     plan_legs,
+    run_legs,
     term_idf,
     with_payloads,
     wrong_dimension,
@@ -299,6 +299,7 @@ class ServerIndex:
         fusion: FusionMethod = "rrf",
         generation: int | None = None,
         leg_payloads: bool = True,
+        keyword_leg: Sequence[IndexHit] | None = None,
     ) -> LegResults:
         legs = plan_legs(
             dense,
@@ -317,10 +318,12 @@ class ServerIndex:
         requests = _LegRequests(kb_id, scope, candidate_limit, leg_payloads)
         collection = _collection(kb_id, generation)
         with self._on_kb(kb_id, generation):
-            batch = self._client.query_batch_points(
-                collection, requests=[requests.build(leg) for leg in engine_legs(legs)]
-            )
-            results = assemble(legs, [[_hit(point) for point in response.points] for response in batch], limit)
+
+            def run(engine: list[Leg]) -> list[list[IndexHit]]:
+                batch = self._client.query_batch_points(collection, requests=[requests.build(leg) for leg in engine])
+                return [[_hit(point) for point in response.points] for response in batch]
+
+            results = assemble(legs, run_legs(legs, keyword_leg, run), limit)
             if fused_without_payloads(legs, leg_payloads) and results.fused:
                 records = self._client.retrieve(collection, ids=[hit.id for hit in results.fused], with_payload=True)
                 payloads = {str(record.id): record.payload or {} for record in records}
