@@ -242,7 +242,7 @@ class SearchService:
             return {}
         early: dict[str, Future[LegResults]] = {}
         for part in parts:
-            terms = self._legs_terms(part, sparse)
+            terms = self._keyword_terms(part, sparse)
             if part.kb.external is None and self._runs_dense(part) and terms is not None and terms.indices:
                 # A limit of 1: the keyword leg is read `candidate_limit` deep whatever the limit, which only sets
                 # how many of its passages come with payloads, and the fused answer is made later.
@@ -255,7 +255,7 @@ class SearchService:
     def _runs_dense(part: KbPart) -> bool:
         return part.mode != "keyword" and part.kb.retrieval.dense_weight > 0 and needs_query_vector(part.kb)
 
-    def _legs_terms(self, part: KbPart, sparse: dict[str, SparseTerms]) -> SparseTerms | None:
+    def _keyword_terms(self, part: KbPart, sparse: dict[str, SparseTerms]) -> SparseTerms | None:
         """The question's terms for the part's keyword leg; None where the part runs no keyword leg."""
         retrieval = part.kb.retrieval
         if part.mode == "semantic" or retrieval.keyword_weight <= 0 or not needs_query_vector(part.kb):
@@ -295,7 +295,7 @@ class SearchService:
         def one_part(part: KbPart) -> tuple[list[SearchHit], LegResults]:
             retrieval = part.kb.retrieval
             dense = vectors.dense_by_model[part.kb.embedding_model] if self._runs_dense(part) else None
-            sparse = self._legs_terms(part, vectors.sparse_by_analyzer)
+            sparse = self._keyword_terms(part, vectors.sparse_by_analyzer)
             if part.kb.external is not None:
                 try:
                     return self._external_part(text, part, dense, sparse)
