@@ -465,7 +465,7 @@ def dbsf_oracle(legs: Sequence[Sequence[IndexHit]], weights: Sequence[float] = (
 def test_dbsf_is_the_documented_formula(
     engine: str, weights: tuple[float, float], request: pytest.FixtureRequest
 ) -> None:
-    """Unweighted, the engine's own fusion; weighted, ragkb's from the same legs (port.weighted_dbsf)."""
+    """Unweighted, the engine's own fusion; weighted, ragkb's from the same legs (port.fuse)."""
     index: VectorIndex = request.getfixturevalue(engine)
     _load(index)
     hybrid = [search for search in SEARCHES if search.dense is not None and search.sparse is not None]

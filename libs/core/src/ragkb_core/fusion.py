@@ -144,14 +144,19 @@ def fused_scores(
     totals: dict[str, float] = {}
     legs = ((dense, settings.dense_weight), (keyword, settings.keyword_weight))
     for leg, weight in legs:
-        if settings.fusion == "rrf":
-            # Qdrant's rank-scaling weights, rank from 1 in the paper's k: 1 / (k + rank / w).
-            parts = [1.0 / (settings.rrf_k + rank / weight) for rank in range(1, len(leg) + 1)]
-        else:
-            parts = [weight * value for value in distribution_normalised([hit.score for hit in leg])]
+        parts = leg_parts([hit.score for hit in leg], settings.fusion, weight, settings.rrf_k)
         for hit, part in zip(leg, parts, strict=True):
             totals[hit.chunk_id] = totals.get(hit.chunk_id, 0.0) + part
     return totals
+
+
+def leg_parts(scores: Sequence[float], fusion: FusionMethod, weight: float, rrf_k: int) -> list[float]:
+    """What each hit of one leg (`scores` best first) adds to its fused score: RRF with Qdrant's rank-scaling
+    weights in the paper's k (rank from 1), 1 / (k + rank / w); or DBSF, w × the distribution-normalised score.
+    The retriever's fusion (ragkb_retriever.index.port) and a tune's computed answers both use it."""
+    if fusion == "rrf":
+        return [1.0 / (rrf_k + rank / weight) for rank in range(1, len(scores) + 1)]
+    return [weight * value for value in distribution_normalised(scores)]
 
 
 def answer(

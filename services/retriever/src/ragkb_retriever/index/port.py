@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
-from ragkb_core.fusion import distribution_normalised
+from ragkb_core.fusion import leg_parts
 from ragkb_core.kb_settings import FusionMethod, KbIndexLayout
 from ragkb_retriever.index.filters import FilterSpec, document_filter, scope_is_empty
 
@@ -402,39 +402,19 @@ def assemble(steps: Sequence[Step], results: Sequence[list[IndexHit]], limit: in
     here = next((step for step in steps if isinstance(step, FuseHere)), None)
     if here is None:
         return LegResults(fused=(dense or keyword)[:limit], dense=dense, keyword=keyword)
-    if here.method == "dbsf":
-        fused = weighted_dbsf((dense, keyword), here.weights)
-    else:
-        fused = weighted_rrf((dense, keyword), here.weights, here.rrf_k)
+    fused = fuse((dense, keyword), here)
     return LegResults(fused=fused[:limit], dense=dense, keyword=keyword)
 
 
-def weighted_dbsf(legs: Sequence[Sequence[IndexHit]], weights: Sequence[float]) -> list[IndexHit]:
-    """The engine's DBSF with leg weights: per leg, scores mapped from [mean − 3σ, mean + 3σ] (sample σ) onto
-    [0, 1] (a single result, or no spread, scores 0.5), times the leg's weight, summed per point; best first,
-    ties by id (so that a search is repeatable)."""
-    parts = [
-        [weight * normalised for normalised in distribution_normalised([hit.score for hit in leg])]
-        for leg, weight in zip(legs, weights, strict=True)
-    ]
-    return _summed(legs, parts)
-
-
-def weighted_rrf(legs: Sequence[Sequence[IndexHit]], weights: Sequence[float], rrf_k: int) -> list[IndexHit]:
-    """The engine's RRF with Qdrant's k and rank-scaling weights: 1 / ((rank0 + 1) / w + k − 1) per leg, summed
-    per point; best first, ties by id."""
-    parts = [
-        [1.0 / ((rank + 1) / weight + rrf_k - 1) for rank in range(len(leg))]
-        for leg, weight in zip(legs, weights, strict=True)
-    ]
-    return _summed(legs, parts)
-
-
-def _summed(legs: Sequence[Sequence[IndexHit]], parts: Sequence[Sequence[float]]) -> list[IndexHit]:
+def fuse(legs: Sequence[Sequence[IndexHit]], how: FuseHere) -> list[IndexHit]:
+    """The legs fused as the engines fuse them (ragkb_core.fusion.leg_parts; RRF's k in the paper's convention is
+    Qdrant's k − 1), each leg's part times its weight, summed per point; best first, ties by id (so that a search
+    is repeatable)."""
     totals: dict[str, float] = {}
     first_seen: dict[str, IndexHit] = {}
-    for leg, leg_parts in zip(legs, parts, strict=True):
-        for hit, part in zip(leg, leg_parts, strict=True):
+    for leg, weight in zip(legs, how.weights, strict=True):
+        parts = leg_parts([hit.score for hit in leg], how.method, weight, how.rrf_k - 1)
+        for hit, part in zip(leg, parts, strict=True):
             totals[hit.id] = totals.get(hit.id, 0.0) + part
             first_seen.setdefault(hit.id, hit)
     ordered = sorted(totals, key=lambda point: (-totals[point], point))
