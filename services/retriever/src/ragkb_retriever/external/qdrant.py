@@ -28,7 +28,6 @@ from ragkb_retriever.index.filters import FilterSpec
 from ragkb_retriever.index.port import (
     DenseLeg,
     IndexHit,
-    KeywordLeg,
     Leg,
     LegResults,
     assemble,
@@ -216,26 +215,12 @@ class _Requests:
         self._candidates = candidates
 
     def build(self, leg: Leg) -> qm.QueryRequest:
-        prefetch = self._prefetch(leg)
-        return qm.QueryRequest(
-            query=prefetch.query, using=prefetch.using, filter=prefetch.filter, limit=prefetch.limit, with_payload=True
-        )
-
-    def _prefetch(self, leg: DenseLeg | KeywordLeg) -> qm.Prefetch:
         if isinstance(leg, DenseLeg):
-            return qm.Prefetch(
-                query=qm.NearestQuery(nearest=leg.vector),
-                using=self._config.dense_vector,
-                filter=self._filter,
-                limit=self._candidates,
-            )
-        sparse = qm.SparseVector(indices=leg.terms.indices, values=leg.terms.values)
-        return qm.Prefetch(
-            query=qm.NearestQuery(nearest=sparse),
-            using=self._config.sparse_vector,
-            filter=self._filter,
-            limit=self._candidates,
-        )
+            query, using = qm.NearestQuery(nearest=leg.vector), self._config.dense_vector
+        else:
+            sparse = qm.SparseVector(indices=leg.terms.indices, values=leg.terms.values)
+            query, using = qm.NearestQuery(nearest=sparse), self._config.sparse_vector
+        return qm.QueryRequest(query=query, using=using, filter=self._filter, limit=self._candidates, with_payload=True)
 
 
 def _hit(kb_id: str, fields: QdrantFields, point: qm.ScoredPoint) -> IndexHit | None:

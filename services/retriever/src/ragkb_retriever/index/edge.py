@@ -46,7 +46,6 @@ from qdrant_edge import (
     Modifier,
     PayloadSchemaType,
     Point,
-    Prefetch,
     Query,
     QueryBatchRequest,
     QueryRequest,
@@ -76,7 +75,6 @@ from ragkb_retriever.index.port import (
     PointPage,
     assemble,
     document_delete_filter,
-    fused_without_payloads,
     live_generation_conflict,
     no_generation,
     no_index,
@@ -386,7 +384,8 @@ class EdgeIndex:
                 return [[_hit(point) for point in points] for points in batch]
 
             results = assemble(legs, run_legs(legs, keyword_leg, run), limit)
-            if fused_without_payloads(legs, leg_payloads) and results.fused:
+            # The answer is made of leg hits (one leg, or the two fused here): without leg payloads, read its own.
+            if not leg_payloads and results.fused:
                 records = shard.retrieve([hit.id for hit in results.fused], with_payload=True, with_vector=False)
                 payloads = {str(record.id): record.payload or {} for record in records}
                 results = replace(results, fused=with_payloads(results.fused, payloads))
@@ -551,28 +550,13 @@ class _LegRequests:
     def build(self, leg: Leg) -> QueryRequest:
         match leg:
             case DenseLeg():
-                return self._leg(self._dense(leg))
+                query, params = Query.Nearest(leg.vector, using=DENSE_VECTOR), None
             case KeywordLeg():
-                return self._leg(self._keyword(leg))
-
-    def _leg(self, prefetch: Prefetch) -> QueryRequest:
-        """A leg on its own is its prefetch as a request, so that it matches the fused request's input."""
+                sparse = SparseVector(leg.terms.indices, leg.terms.values)
+                query, params = Query.Nearest(sparse, using=SPARSE_VECTOR), self._idf
         return QueryRequest(
-            limit=prefetch.limit,
-            query=prefetch.query,
-            filter=prefetch.filter,
-            params=prefetch.params,
-            with_payload=self._leg_payloads,
+            limit=self._candidates, query=query, filter=self._filter, params=params, with_payload=self._leg_payloads
         )
-
-    def _dense(self, leg: DenseLeg) -> Prefetch:
-        query = Query.Nearest(leg.vector, using=DENSE_VECTOR)
-        return Prefetch(limit=self._candidates, query=query, filter=self._filter)
-
-    def _keyword(self, leg: KeywordLeg) -> Prefetch:
-        vector = SparseVector(leg.terms.indices, leg.terms.values)
-        query = Query.Nearest(vector, using=SPARSE_VECTOR)
-        return Prefetch(limit=self._candidates, query=query, filter=self._filter, params=self._idf)
 
 
 def _edge_config(dense_size: int) -> EdgeConfig:

@@ -377,13 +377,6 @@ def run_legs(
     return [known if known is not None and isinstance(leg, KeywordLeg) else next(ran) for leg in legs]
 
 
-def fused_without_payloads(steps: Sequence[Step], leg_payloads: bool) -> bool:
-    """A search whose answer is made from leg hits that came without payloads (one leg cut to `limit`, or a
-    fusion computed here): the answer needs them fetched by id afterwards (`with_payloads`)."""
-    computed_here = len(engine_legs(steps)) == 1 or any(isinstance(step, FuseHere) for step in steps)
-    return not leg_payloads and computed_here
-
-
 def with_payloads(hits: Sequence[IndexHit], payloads: dict[str, dict[str, Any]]) -> list[IndexHit]:
     """`hits` with the payloads fetched for them by id (a point deleted meanwhile keeps an empty one)."""
     return [IndexHit(id=hit.id, score=hit.score, payload=payloads.get(hit.id, {})) for hit in hits]

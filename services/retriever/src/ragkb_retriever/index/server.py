@@ -38,7 +38,6 @@ from ragkb_retriever.index.port import (
     PointPage,
     assemble,
     document_delete_filter,
-    fused_without_payloads,
     live_generation_conflict,
     no_generation,
     no_index,
@@ -324,7 +323,8 @@ class ServerIndex:
                 return [[_hit(point) for point in response.points] for response in batch]
 
             results = assemble(legs, run_legs(legs, keyword_leg, run), limit)
-            if fused_without_payloads(legs, leg_payloads) and results.fused:
+            # The answer is made of leg hits (one leg, or the two fused here): without leg payloads, read its own.
+            if not leg_payloads and results.fused:
                 records = self._client.retrieve(collection, ids=[hit.id for hit in results.fused], with_payload=True)
                 payloads = {str(record.id): record.payload or {} for record in records}
                 results = replace(results, fused=with_payloads(results.fused, payloads))
@@ -452,28 +452,17 @@ class _LegRequests:
     def build(self, leg: Leg) -> qm.QueryRequest:
         match leg:
             case DenseLeg():
-                return self._leg(self._dense(leg))
+                query, using, params = qm.NearestQuery(nearest=leg.vector), DENSE_VECTOR, None
             case KeywordLeg():
-                return self._leg(self._keyword(leg))
-
-    def _leg(self, prefetch: qm.Prefetch) -> qm.QueryRequest:
+                sparse = qm.SparseVector(indices=leg.terms.indices, values=leg.terms.values)
+                query, using, params = qm.NearestQuery(nearest=sparse), SPARSE_VECTOR, self._idf
         return qm.QueryRequest(
-            query=prefetch.query,
-            using=prefetch.using,
-            filter=prefetch.filter,
-            params=prefetch.params,
-            limit=prefetch.limit,
+            query=query,
+            using=using,
+            filter=self._filter,
+            params=params,
+            limit=self._candidates,
             with_payload=self._leg_payloads,
-        )
-
-    def _dense(self, leg: DenseLeg) -> qm.Prefetch:
-        query = qm.NearestQuery(nearest=leg.vector)
-        return qm.Prefetch(query=query, using=DENSE_VECTOR, filter=self._filter, limit=self._candidates)
-
-    def _keyword(self, leg: KeywordLeg) -> qm.Prefetch:
-        query = qm.NearestQuery(nearest=qm.SparseVector(indices=leg.terms.indices, values=leg.terms.values))
-        return qm.Prefetch(
-            query=query, using=SPARSE_VECTOR, filter=self._filter, params=self._idf, limit=self._candidates
         )
 
 
