@@ -632,7 +632,7 @@ def _top_term_weights(points: Sequence[ScoredPoint]) -> tuple[float, dict[int, f
 
 def _hit(point: ScoredPoint) -> IndexHit:
     # Edge returns UUID ids as uuid.UUID; str() gives the same text as ids.point_id.
-    return IndexHit(id=str(point.id), score=point.score, payload=point.payload or {})
+    return IndexHit(str(point.id), point.score, point.payload or {})
 
 
 def _index_closed() -> Unavailable:

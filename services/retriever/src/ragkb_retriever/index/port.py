@@ -30,6 +30,7 @@ Ties are broken by point id, so that a search is repeatable.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -52,7 +53,9 @@ class IndexPoint:
     payload: dict[str, Any]
 
 
-@dataclass(frozen=True)
+# Slots, and built positionally where hits are many: a search makes one per candidate of each leg (1,400 for a
+# top_k of 100), and a frozen dataclass without slots took 1.7 µs to build from keywords against 0.7 µs.
+@dataclass(frozen=True, slots=True)
 class IndexHit:
     id: str
     score: float
@@ -395,14 +398,13 @@ def assemble(steps: Sequence[Step], results: Sequence[list[IndexHit]], limit: in
     here = next((step for step in steps if isinstance(step, FuseHere)), None)
     if here is None:
         return LegResults(fused=(dense or keyword)[:limit], dense=dense, keyword=keyword)
-    fused = fuse((dense, keyword), here)
-    return LegResults(fused=fused[:limit], dense=dense, keyword=keyword)
+    return LegResults(fused=fuse((dense, keyword), here, limit), dense=dense, keyword=keyword)
 
 
-def fuse(legs: Sequence[Sequence[IndexHit]], how: FuseHere) -> list[IndexHit]:
-    """The legs fused as the engines fuse them (ragkb_core.fusion.leg_parts; RRF's k in the paper's convention is
-    Qdrant's k − 1), each leg's part times its weight, summed per point; best first, ties by id (so that a search
-    is repeatable)."""
+def fuse(legs: Sequence[Sequence[IndexHit]], how: FuseHere, limit: int) -> list[IndexHit]:
+    """The best `limit` of the legs fused as the engines fuse them (ragkb_core.fusion.leg_parts; RRF's k in the
+    paper's convention is Qdrant's k − 1), each leg's part times its weight, summed per point; best first, ties by
+    id (so that a search is repeatable). Only those `limit` become hits: the legs hold up to 7× as many."""
     totals: dict[str, float] = {}
     first_seen: dict[str, IndexHit] = {}
     for leg, weight in zip(legs, how.weights, strict=True):
@@ -410,5 +412,5 @@ def fuse(legs: Sequence[Sequence[IndexHit]], how: FuseHere) -> list[IndexHit]:
         for hit, part in zip(leg, parts, strict=True):
             totals[hit.id] = totals.get(hit.id, 0.0) + part
             first_seen.setdefault(hit.id, hit)
-    ordered = sorted(totals, key=lambda point: (-totals[point], point))
-    return [IndexHit(id=point, score=totals[point], payload=first_seen[point].payload) for point in ordered]
+    best = heapq.nsmallest(limit, totals, key=lambda point: (-totals[point], point))
+    return [IndexHit(point, totals[point], first_seen[point].payload) for point in best]

@@ -499,7 +499,7 @@ def _sparse_weights(vectors: Any) -> dict[int, float]:
 
 
 def _hit(point: qm.ScoredPoint) -> IndexHit:
-    return IndexHit(id=str(point.id), score=point.score, payload=point.payload or {})
+    return IndexHit(str(point.id), point.score, point.payload or {})
 
 
 def _index_point(point_id: str, vectors: Any, payload: dict[str, Any] | None) -> IndexPoint:
