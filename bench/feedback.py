@@ -23,6 +23,10 @@ parameters with "off" (today's default) among them:
   passages in that leg;
 - word bigrams: pairs of adjacent words of the spaced scripts as extra keyword terms, w their weight in the
   question.
+- score completion: a passage one leg missed takes its own score in that leg (its exact cosine, or its BM25),
+  normalised by that leg's candidates, times ρ (floored at 0 or not);
+- candidate depth: each leg cut at 70–700 candidates instead of 84 (a caller's top_k × 7): not an idea to adopt
+  but a measure of how much the first ten depend on how many passages are asked for.
 
 How the legs are computed: the shipped KB (analyzer version 2, title ×2) as numpy matrices: the dense leg is the
 exact cosine over every passage vector (as the unoptimised engine computes it), the keyword leg Σ query value ×
@@ -163,6 +167,7 @@ def keyword_scores(m: Matrices, query_values: sp.csr_matrix) -> NDArray[np.float
 class FirstPass:
     legs: list[Legs]
     dense_scores: NDArray[np.float64]  # queries × passages
+    keyword_scores: NDArray[np.float64]  # queries × passages
 
 
 def first_pass(m: Matrices) -> FirstPass:
@@ -174,7 +179,7 @@ def first_pass(m: Matrices) -> FirstPass:
         Legs(top(dense[i], DEPTH, positive_only=False), top(keyword[i], DEPTH, positive_only=True))
         for i in range(len(m.collection.queries))
     ]
-    return FirstPass(legs, dense)
+    return FirstPass(legs, dense, keyword)
 
 
 # -- the ideas -------------------------------------------------------------------------------------------
@@ -383,6 +388,68 @@ def sibling_completion(m: Matrices, first: FirstPass, rho: float) -> Ranker:
     return rank
 
 
+def score_completion(m: Matrices, first: FirstPass, rho: float, floor: bool) -> Ranker:
+    """A passage one leg did not find takes its own score in that leg (its exact cosine with the question, or its
+    BM25 over the KB), normalised as DBSF normalises that leg's candidates, times `rho` (`floor`: never below 0,
+    what DBSF gives it today): both legs' evidence on every candidate, not one leg's on those the other missed."""
+
+    def rank(i: int) -> list[int]:
+        legs = first.legs[i]
+        candidates = np.union1d(legs.dense[0], legs.keyword[0])
+        totals = np.zeros(len(candidates))
+        exact_legs = (first.dense_scores, first.keyword_scores)
+        for (ids, scores), exact in zip((legs.dense, legs.keyword), exact_legs, strict=True):
+            found = np.isin(candidates, ids)
+            if len(scores) < 2 or scores.std(ddof=1) == 0:
+                totals += np.where(found, 0.5, 0.0)
+                continue
+            mean, deviation = scores.mean(), scores.std(ddof=1)
+            normalised = (exact[i][candidates] - (mean - 3 * deviation)) / (6 * deviation)
+            missed = rho * (np.maximum(normalised, 0.0) if floor else normalised)
+            totals += np.where(found, normalised, missed)
+        order = np.lexsort((candidates, -totals))[:RESULT_DEPTH]
+        return [int(p) for p in candidates[order]]
+
+    return rank
+
+
+def candidate_depth(m: Matrices, first: FirstPass, depth: int) -> Ranker:
+    """Each leg cut at `depth` candidates instead of 84 (a top_k of `depth` / 7 asks for that many), fused by
+    DBSF as shipped: how much the first ten depend on how many passages a caller asks for."""
+
+    def rank(i: int) -> list[int]:
+        legs = Legs(
+            top(first.dense_scores[i], depth, positive_only=False),
+            top(first.keyword_scores[i], depth, positive_only=True),
+        )
+        return fuse(legs, Config("v2", 2, "dbsf", 1.0, 0, depth))
+
+    return rank
+
+
+def statistics_depth(m: Matrices, first: FirstPass, depth: int) -> Ranker:
+    """84 candidates a leg as shipped, but each leg normalised by the mean and σ of its best `depth` scores: whether
+    a deeper leg helps through its candidates or through its normalisation."""
+
+    def rank(i: int) -> list[int]:
+        parts = []
+        for (ids, _), exact, positive in (
+            (first.legs[i].dense, first.dense_scores[i], False),
+            (first.legs[i].keyword, first.keyword_scores[i], True),
+        ):
+            deep = top(exact, depth, positive_only=positive)[1]
+            if len(ids) < 2 or len(deep) < 2 or deep.std(ddof=1) == 0:
+                parts.append((ids, np.full(len(ids), 0.5)))
+                continue
+            mean, deviation = deep.mean(), deep.std(ddof=1)
+            parts.append((ids, (exact[ids] - (mean - 3 * deviation)) / (6 * deviation)))
+        passages, slots = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
+        totals = np.bincount(slots, weights=np.concatenate([p[1] for p in parts]), minlength=len(passages))
+        return [int(p) for p in passages[np.argsort(-totals, kind="stable")[:RESULT_DEPTH]]]
+
+    return rank
+
+
 # Word bigram terms: a prefix no analyzer term starts with (the analyzer's own bigram prefix is \x02).
 WORD_BIGRAM = "\x03"
 _JAPANESE = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\u3005]")
@@ -457,6 +524,11 @@ def settings() -> Iterator[tuple[Setting, Callable[[Matrices, FirstPass], Ranker
             Setting("dense PRF + RM3", params),
             lambda m, f, k=k, b=beta, t=terms: rm3(m, f, k=k, terms=t, lam=0.2, with_dense=(k, b)),
         )
+    yield from _fusion_ideas()
+
+
+def _fusion_ideas() -> Iterator[tuple[Setting, Callable[[Matrices, FirstPass], Ranker]]]:
+    """The ideas that change how the first pass's legs are fused or cut (no further retrieval round)."""
     for gamma in (0.1, 0.2, 0.4):
         yield Setting("document aggregation", (("γ", gamma),)), lambda m, f, g=gamma: document_aggregation(m, f, g)
     for name in ("clip 1.5", "clip 2", "min-max"):
@@ -467,6 +539,16 @@ def settings() -> Iterator[tuple[Setting, Callable[[Matrices, FirstPass], Ranker
         yield Setting("coverage", (("w", weight),)), lambda m, f, w=weight: coverage_boost(m, f, w)
     for rho in (0.25, 0.5, 0.75, 1.0):
         yield Setting("sibling completion", (("ρ", rho),)), lambda m, f, r=rho: sibling_completion(m, f, r)
+    for depth in (70, 140, 280, 700):
+        yield Setting("candidate depth", (("per leg", depth),)), lambda m, f, d=depth: candidate_depth(m, f, d)
+    for depth in (280, 700):
+        yield Setting("statistics depth", (("per leg", depth),)), lambda m, f, d=depth: statistics_depth(m, f, d)
+    for rho, floor in ((0.25, True), (0.5, True), (0.75, True), (1.0, True), (1.0, False)):
+        params = (("ρ", rho), ("floor", floor))
+        yield (
+            Setting("score completion", params),
+            lambda m, f, r=rho, fl=floor: score_completion(m, f, r, fl),
+        )
     for weight in (0.1, 0.25, 0.5, 1.0):
         yield Setting("word bigrams", (("w", weight),)), lambda m, f, w=weight: bigram_terms(m, f, w)
 
