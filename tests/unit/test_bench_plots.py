@@ -75,7 +75,7 @@ def write_quality(bench: SimpleNamespace) -> None:
     rows = []
     queries = [{"_id": "q1", "text": "a question"}, {"_id": "q2", "text": "another"}]
     qrels = {"q1": {"d1": 1}, "q2": {"d2": 1}}
-    # scifact: the four runs; jsquad: also the char-bigram baseline, and its reranked run answers degraded.
+    # scifact: the five runs; jsquad: also the char-bigram baseline, and its reranked run answers degraded.
     for corpus, split, kbs in (("scifact", "train", []), ("jsquad", "dev", ["bench-jsquad-char-bigram"])):
         http = FakeService(kbs, degraded_when_reranked=corpus == "jsquad")
         for run in bench.quality.runs_for(http, corpus, 10, {}, {}):
@@ -248,16 +248,17 @@ def test_every_kind_becomes_a_png_with_a_bar_per_measured_cell(bench: SimpleName
 
     figures, _ = bench.plots.render(tmp_path, said.append)
 
-    # quality: scifact × 5 runs + jsquad × 6 runs, in both panels; jsquad's degraded hybrid+rerank is hatched.
+    # quality: scifact × 6 runs + jsquad × 7 runs, in both panels; jsquad's degraded hybrid+rerank is hatched.
     quality = figures["quality"].axes
     assert [axis.get_ylabel() for axis in quality] == ["nDCG@10", "MRR@10"]
-    assert [bars(axis) for axis in quality] == [11, 11]
+    assert [bars(axis) for axis in quality] == [13, 13]
     legend = [text.get_text() for text in figures["quality"].legends[0].get_texts()]
     assert legend == [
         "keyword",
         "semantic",
         "hybrid",
         "hybrid + feedback",
+        "hybrid at the KB's top_k",
         "hybrid+rerank",
         "keyword (char-bigram BM25)",
     ]
