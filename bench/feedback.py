@@ -27,6 +27,8 @@ parameters with "off" (today's default) among them:
   normalised by that leg's candidates, times ρ (floored at 0 or not);
 - candidate depth: each leg cut at 70–700 candidates instead of 84 (a caller's top_k × 7): not an idea to adopt
   but a measure of how much the first ten depend on how many passages are asked for.
+- statistics depth: 84 candidates a leg, normalised by the mean and σ of the leg's best 280 or 700 scores (whether
+  a deeper leg helps through its candidates or its normalisation).
 
 How the legs are computed: the shipped KB (analyzer version 2, title ×2) as numpy matrices: the dense leg is the
 exact cosine over every passage vector (as the unoptimised engine computes it), the keyword leg Σ query value ×
@@ -388,6 +390,15 @@ def sibling_completion(m: Matrices, first: FirstPass, rho: float) -> Ranker:
     return rank
 
 
+def _normalised_by(reference: NDArray[np.float64], values: NDArray[np.float64]) -> NDArray[np.float64] | None:
+    """`values` mapped as DBSF maps a leg: [mean − 3σ, mean + 3σ] of `reference` (sample σ) onto [0, 1]; None
+    where `reference` has no spread (DBSF then gives its scores 0.5)."""
+    if len(reference) < 2 or reference.std(ddof=1) == 0:
+        return None
+    mean, deviation = reference.mean(), reference.std(ddof=1)
+    return (values - (mean - 3 * deviation)) / (6 * deviation)
+
+
 def score_completion(m: Matrices, first: FirstPass, rho: float, floor: bool) -> Ranker:
     """A passage one leg did not find takes its own score in that leg (its exact cosine with the question, or its
     BM25 over the KB), normalised as DBSF normalises that leg's candidates, times `rho` (`floor`: never below 0,
@@ -400,11 +411,10 @@ def score_completion(m: Matrices, first: FirstPass, rho: float, floor: bool) -> 
         exact_legs = (first.dense_scores, first.keyword_scores)
         for (ids, scores), exact in zip((legs.dense, legs.keyword), exact_legs, strict=True):
             found = np.isin(candidates, ids)
-            if len(scores) < 2 or scores.std(ddof=1) == 0:
+            normalised = _normalised_by(scores, exact[i][candidates])
+            if normalised is None:
                 totals += np.where(found, 0.5, 0.0)
                 continue
-            mean, deviation = scores.mean(), scores.std(ddof=1)
-            normalised = (exact[i][candidates] - (mean - 3 * deviation)) / (6 * deviation)
             missed = rho * (np.maximum(normalised, 0.0) if floor else normalised)
             totals += np.where(found, normalised, missed)
         order = np.lexsort((candidates, -totals))[:RESULT_DEPTH]
@@ -437,12 +447,8 @@ def statistics_depth(m: Matrices, first: FirstPass, depth: int) -> Ranker:
             (first.legs[i].dense, first.dense_scores[i], False),
             (first.legs[i].keyword, first.keyword_scores[i], True),
         ):
-            deep = top(exact, depth, positive_only=positive)[1]
-            if len(ids) < 2 or len(deep) < 2 or deep.std(ddof=1) == 0:
-                parts.append((ids, np.full(len(ids), 0.5)))
-                continue
-            mean, deviation = deep.mean(), deep.std(ddof=1)
-            parts.append((ids, (exact[ids] - (mean - 3 * deviation)) / (6 * deviation)))
+            normalised = _normalised_by(top(exact, depth, positive_only=positive)[1], exact[ids])
+            parts.append((ids, normalised if normalised is not None and len(ids) >= 2 else np.full(len(ids), 0.5)))
         passages, slots = np.unique(np.concatenate([p[0] for p in parts]), return_inverse=True)
         totals = np.bincount(slots, weights=np.concatenate([p[1] for p in parts]), minlength=len(passages))
         return [int(p) for p in passages[np.argsort(-totals, kind="stable")[:RESULT_DEPTH]]]

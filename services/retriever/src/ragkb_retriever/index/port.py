@@ -404,7 +404,7 @@ def assemble(steps: Sequence[Step], results: Sequence[list[IndexHit]], limit: in
 def fuse(legs: Sequence[Sequence[IndexHit]], how: FuseHere, limit: int) -> list[IndexHit]:
     """The best `limit` of the legs fused as the engines fuse them (ragkb_core.fusion.leg_parts; RRF's k in the
     paper's convention is Qdrant's k − 1), each leg's part times its weight, summed per point; best first, ties by
-    id (so that a search is repeatable). Only those `limit` become hits: the legs hold up to 7× as many."""
+    id (so that a search is repeatable). Only those `limit` become hits: each leg holds top_k × candidate_multiplier."""
     totals: dict[str, float] = {}
     first_seen: dict[str, IndexHit] = {}
     for leg, weight in zip(legs, how.weights, strict=True):
