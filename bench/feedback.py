@@ -286,10 +286,8 @@ def document_aggregation(m: Matrices, first: FirstPass, gamma: float) -> Ranker:
 
 
 def _dbsf(scores: NDArray[np.float64]) -> NDArray[np.float64]:
-    if len(scores) < 2 or scores.std(ddof=1) == 0:
-        return np.full(len(scores), 0.5)
-    mean, deviation = scores.mean(), scores.std(ddof=1)
-    return (scores - (mean - 3 * deviation)) / (6 * deviation)
+    normalised = _normalised_by(scores, scores)
+    return np.full(len(scores), 0.5) if normalised is None else normalised
 
 
 def _clipped(c: float) -> Callable[[NDArray[np.float64]], NDArray[np.float64]]:

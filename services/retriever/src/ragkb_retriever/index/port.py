@@ -382,7 +382,7 @@ def run_legs(
 
 def with_payloads(hits: Sequence[IndexHit], payloads: dict[str, dict[str, Any]]) -> list[IndexHit]:
     """`hits` with the payloads fetched for them by id (a point deleted meanwhile keeps an empty one)."""
-    return [IndexHit(id=hit.id, score=hit.score, payload=payloads.get(hit.id, {})) for hit in hits]
+    return [IndexHit(hit.id, hit.score, payloads.get(hit.id, {})) for hit in hits]
 
 
 def assemble(steps: Sequence[Step], results: Sequence[list[IndexHit]], limit: int) -> LegResults:
