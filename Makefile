@@ -52,8 +52,8 @@ browser: ## Make sure Debian's chromium and a Japanese font are installed (the c
 run: install redis packages ## Start retriever, worker and api in the foreground (Ctrl-C stops all)
 	$(PY) deploy/launcher.py
 
-test: install redis postgres packages browser ## Install and run the whole suite: unit, integration, e2e
-	$(PY) -m pytest tests -q
+test: install redis postgres packages browser ## Install and run the whole suite: unit, integration, e2e (two pytest runs side by side: tests/run.sh)
+	PY=$(PY) bash tests/run.sh
 
 test-unit: install ## Unit tests only (no services)
 	$(PY) -m pytest tests/unit -q
