@@ -25,12 +25,10 @@ from onnx import TensorProto, helper, numpy_helper
 from safetensors.numpy import load_file
 
 from ragkb_models.errors import ModelError
+from ragkb_models.graph_io import INPUT_NAMES, OUTPUT_NAME, RELEVANCE_OUTPUT_NAME
 
 # The first opset with LayerNormalization. ReduceSum takes its axes as an input, ReduceL2 as an attribute.
 OPSET = 17
-INPUT_NAMES = ("input_ids", "attention_mask")
-OUTPUT_NAME = "sentence_embedding"
-RELEVANCE_OUTPUT_NAME = "logits"
 # A BertForSequenceClassification checkpoint prefixes the encoder's weights with this.
 CLASSIFIER_ENCODER_PREFIX = "bert."
 

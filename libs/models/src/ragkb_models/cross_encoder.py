@@ -22,7 +22,7 @@ import onnxruntime as ort
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
-from ragkb_models.bert_onnx import INPUT_NAMES, RELEVANCE_OUTPUT_NAME
+from ragkb_models.graph_io import INPUT_NAMES, RELEVANCE_OUTPUT_NAME
 from ragkb_models.onnx_encoder import onnx_session_options
 
 # The name that selects the reranker shipped in this package (RAGKB_RERANKER__MODEL, a KB's reranker_model).

@@ -16,8 +16,8 @@ import onnxruntime as ort
 from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
-from ragkb_models.bert_onnx import INPUT_NAMES, OUTPUT_NAME, write_bert_onnx
 from ragkb_models.cache import MARKER_NAME, build_file, build_lock, file_is_complete
+from ragkb_models.graph_io import INPUT_NAMES, OUTPUT_NAME
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +99,9 @@ def _folder_provenance(model_dir: Path) -> str:
 
 
 def _write(model_dir: Path, fp32_source: Path | None, precision: Precision, output: Path) -> None:
+    # Imported here: writing a graph needs `onnx`, whose import costs a service's start ~1.3 s (graph_io).
+    from ragkb_models.bert_onnx import write_bert_onnx
+
     if fp32_source is None:
         write_bert_onnx(model_dir, output)
     else:
