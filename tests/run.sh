@@ -10,8 +10,8 @@
 # (tests/support/redis_db.py), free ports, and its own temporary folders; only tests/integration uses the
 # PostgreSQL database `test`.
 #
-# The second run's output is kept in var/test-unit-integration.log and printed once both have ended; the exit
-# status is the first failing run's.
+# The second run's output is kept in var/test-unit-integration.log and printed once both have ended. The exit
+# status is the e2e run's when it failed, the other run's otherwise: 0 only when both passed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}
