@@ -2,8 +2,8 @@
 (ragkb_models.onnx_encoder, ragkb_models.cross_encoder).
 
 A module of their own so that running a graph does not import `onnx`, which only writing one needs: its import
-(ml_dtypes' extension above all) was ~1.3 s of each service's start, about a third of the retriever's and the
-worker's imports (`python -X importtime`, 2026-12-07)."""
+(ml_dtypes' extension above all) was ~1.3 s of the retriever's and the worker's start, about a third of their
+imports (`python -X importtime`, 2026-12-07; the api never imported it)."""
 
 from __future__ import annotations
 
