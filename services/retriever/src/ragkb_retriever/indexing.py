@@ -80,7 +80,8 @@ class IndexService:
     def write_document(self, document: DocumentPoints, *, generation: int | None = None) -> DocumentWriteResult:
         self._require_kb(document.kb_id)
         # Generations of one KB may hold different models' vectors: the engine checks each one's own size.
-        points = [_point(document, chunk_index) for chunk_index in range(len(document.chunks))]
+        numbered = self._index.numbered_point_ids(document.kb_id, generation=generation)
+        points = [_point(document, chunk_index, numbered) for chunk_index in range(len(document.chunks))]
         self._index.upsert(document.kb_id, points, generation=generation)
         return DocumentWriteResult(written=len(points), deleted_old=0)
 
@@ -89,7 +90,10 @@ class IndexService:
         self._require_kb(kb_id)
         if any(document.kb_id != kb_id for document in batch.documents):
             raise InvalidInput("every document of the batch must belong to the path's knowledge base")
-        points = [_point(document, index) for document in batch.documents for index in range(len(document.chunks))]
+        numbered = self._index.numbered_point_ids(kb_id)
+        points = [
+            _point(document, index, numbered) for document in batch.documents for index in range(len(document.chunks))
+        ]
         self._index.upsert(kb_id, points)
         return DocumentWriteResult(written=len(points), deleted_old=0)
 
@@ -169,7 +173,7 @@ class IndexService:
             raise NotFound(f"no index for knowledge base {kb_id}")
 
 
-def _point(document: DocumentPoints, index: int) -> IndexPoint:
+def _point(document: DocumentPoints, index: int, numbered: bool) -> IndexPoint:
     chunk = document.chunks[index]
     payload: dict[str, Any] = {
         "kb_id": document.kb_id,
@@ -189,7 +193,7 @@ def _point(document: DocumentPoints, index: int) -> IndexPoint:
         "analyzer_version": document.analyzer_version,
     }
     return IndexPoint(
-        id=point_id(document.kb_id, document.source_id, document.version, chunk.ordinal),
+        id=point_id(document.kb_id, document.source_id, document.version, chunk.ordinal, numbered=numbered),
         dense=chunk.dense,
         sparse=chunk.sparse,
         payload=payload,

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
+from uuid import UUID
 
 from qdrant_edge import (
     CountRequest,
@@ -59,6 +60,7 @@ from qdrant_edge import (
 from ragkb_core import ids
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import Conflict, NotFound, Unavailable
+from ragkb_core.ids import engine_point_id, point_id_text
 from ragkb_core.kb_settings import FusionMethod, KbIndexLayout
 from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index import filters
@@ -273,8 +275,17 @@ class EdgeIndex:
 
     def retrieve(self, kb_id: str, point_id: str, *, generation: int | None = None) -> IndexHit | None:
         with self._shard(kb_id, generation) as (_, shard):
-            records = shard.retrieve([point_id], with_payload=True, with_vector=False)
-        return next((IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
+            records = shard.retrieve([engine_point_id(point_id)], with_payload=True, with_vector=False)
+        return next((IndexHit(id=point_id_text(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
+
+    def numbered_point_ids(self, kb_id: str, *, generation: int | None = None) -> bool:
+        with self._shard(kb_id, generation) as (handle, shard):
+            if handle.numbered_ids is None:
+                # Read once per open shard: a shard holds one kind of id (the first point in id order is a
+                # number whenever any is), and only this process writes it.
+                records, _ = shard.scroll(ScrollRequest(limit=1, with_payload=False, with_vector=False))
+                handle.numbered_ids = not records or isinstance(records[0].id, int)
+            return handle.numbered_ids
 
     def dense_vectors(
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
@@ -295,8 +306,8 @@ class EdgeIndex:
         if not point_ids:
             return []
         with self._shard(kb_id, generation) as (_, shard):
-            records = shard.retrieve(list(point_ids), with_payload=False, with_vector=[vector])
-        return [_index_point(str(r.id), r.vector, None) for r in records]
+            records = shard.retrieve(_engine_ids(point_ids), with_payload=False, with_vector=[vector])
+        return [_index_point(point_id_text(r.id), r.vector, None) for r in records]
 
     def term_idfs(self, kb_id: str, term_ids: Sequence[int], *, generation: int | None = None) -> dict[int, float]:
         terms = sorted(set(term_ids))
@@ -327,7 +338,7 @@ class EdgeIndex:
         request = ScrollRequest(limit=limit, filter=_edge_filter(spec), with_payload=True, with_vector=False)
         with self._shard(kb_id, generation) as (_, shard):
             records, _ = shard.scroll(request)
-        return [IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records]
+        return [IndexHit(id=point_id_text(r.id), score=0.0, payload=r.payload or {}) for r in records]
 
     def scroll_page(
         self,
@@ -340,12 +351,16 @@ class EdgeIndex:
         generation: int | None = None,
     ) -> PointPage:
         request = ScrollRequest(
-            offset=offset, limit=limit, filter=_edge_filter(spec), with_payload=True, with_vector=with_vectors
+            offset=None if offset is None else engine_point_id(offset),
+            limit=limit,
+            filter=_edge_filter(spec),
+            with_payload=True,
+            with_vector=with_vectors,
         )
         with self._shard(kb_id, generation) as (_, shard):
             records, next_offset = shard.scroll(request)
-        points = [_index_point(str(r.id), r.vector, r.payload) for r in records]
-        return PointPage(points, None if next_offset is None else str(next_offset))
+        points = [_index_point(point_id_text(r.id), r.vector, r.payload) for r in records]
+        return PointPage(points, None if next_offset is None else point_id_text(next_offset))
 
     def search(  # noqa: PLR0917 -- the port's signature, positional as specified
         self,
@@ -386,8 +401,10 @@ class EdgeIndex:
             results = assemble(legs, run_legs(legs, keyword_leg, run), limit)
             # The answer is made of leg hits (one leg, or the two fused here): without leg payloads, read its own.
             if not leg_payloads and results.fused:
-                records = shard.retrieve([hit.id for hit in results.fused], with_payload=True, with_vector=False)
-                payloads = {str(record.id): record.payload or {} for record in records}
+                records = shard.retrieve(
+                    _engine_ids([hit.id for hit in results.fused]), with_payload=True, with_vector=False
+                )
+                payloads = {point_id_text(record.id): record.payload or {} for record in records}
                 results = replace(results, fused=with_payloads(results.fused, payloads))
         return results
 
@@ -593,7 +610,7 @@ def _generation(kb_id: str, name: str) -> int:
 
 def _edge_point(point: IndexPoint) -> Point:
     sparse = SparseVector(point.sparse.indices, point.sparse.values)
-    return Point(point.id, {DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}, point.payload)
+    return Point(engine_point_id(point.id), {DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}, point.payload)
 
 
 def _index_point(point_id: str, vectors: Any, payload: dict[str, Any] | None) -> IndexPoint:
@@ -626,13 +643,16 @@ def _top_term_weights(points: Sequence[ScoredPoint]) -> tuple[float, dict[int, f
     """The best point of a one-term search: its score and its sparse vector as {term id: weight}."""
     if not points:
         return None
-    sparse = _index_point(str(points[0].id), points[0].vector, None).sparse
+    sparse = _index_point(point_id_text(points[0].id), points[0].vector, None).sparse
     return points[0].score, dict(zip(sparse.indices, sparse.values, strict=True))
 
 
 def _hit(point: ScoredPoint) -> IndexHit:
-    # Edge returns UUID ids as uuid.UUID; str() gives the same text as ids.point_id.
-    return IndexHit(str(point.id), point.score, point.payload or {})
+    return IndexHit(point_id_text(point.id), point.score, point.payload or {})
+
+
+def _engine_ids(point_ids: Sequence[str]) -> list[int | UUID | str]:
+    return [engine_point_id(point_id) for point_id in point_ids]
 
 
 def _index_closed() -> Unavailable:

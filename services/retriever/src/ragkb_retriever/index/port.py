@@ -177,6 +177,12 @@ class VectorIndex(Protocol):
         """One point by id, with its payload (score 0); None when the KB has no such point."""
         ...
 
+    def numbered_point_ids(self, kb_id: str, *, generation: int | None = None) -> bool:
+        """Whether new points of the KB's live (or given) generation get numbered ids (`ids.point_id`). False
+        for an index that gains nothing by them, and for a shard written before them: a point written again
+        must keep its id, or its document version would hold it twice."""
+        ...
+
     def dense_vectors(
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
     ) -> dict[str, list[float]]:

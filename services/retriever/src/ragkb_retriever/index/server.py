@@ -200,6 +200,10 @@ class ServerIndex:
             records = self._client.retrieve(_collection(kb_id, generation), ids=[point_id], with_payload=True)
         return next((IndexHit(id=str(r.id), score=0.0, payload=r.payload or {}) for r in records), None)
 
+    def numbered_point_ids(self, kb_id: str, *, generation: int | None = None) -> bool:
+        # A server answers over HTTP, where an id is text whichever kind it is: its collections keep UUIDs.
+        return False
+
     def dense_vectors(
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
     ) -> dict[str, list[float]]:
