@@ -44,7 +44,7 @@ class _Dimension:
     dimension = DIM
 
 
-class _Models:
+class OneModel:
     default_model = "e5"
 
     def get(self, model: str | None = None) -> _Dimension:
@@ -65,7 +65,7 @@ def _seed_uuid_shard(root: Path) -> None:
     index.close()
 
 
-def _question(document: DocumentPoints) -> tuple[list[float], SparseTerms]:
+def question_of(document: DocumentPoints) -> tuple[list[float], SparseTerms]:
     chunk = document.chunks[0]
     best = sorted(zip(chunk.sparse.values, chunk.sparse.indices, strict=True), reverse=True)[:QUERY_TERMS]
     return chunk.dense, SparseTerms(indices=[term for _, term in best], values=[1.0] * len(best))
@@ -100,7 +100,7 @@ def main() -> None:
         root = Path(folder) / "index"
         _seed_uuid_shard(root)
         index = EdgeIndex(QdrantSettings(path=root, optimize_after_points=10**9))
-        service = IndexService(index, _Models())
+        service = IndexService(index, OneModel())
         index.create_kb(NUMBERED_KB, DIM)
         kinds = {UUID_KB: index.numbered_point_ids(UUID_KB), NUMBERED_KB: index.numbered_point_ids(NUMBERED_KB)}
         assert kinds == {UUID_KB: False, NUMBERED_KB: True}, kinds
@@ -112,7 +112,7 @@ def main() -> None:
             for number, document in enumerate(documents(kb_id, args.points, base, seed=1)):
                 service.write_document(document)
                 if kb_id == NUMBERED_KB and number % every == 0:
-                    questions.append(_question(document))
+                    questions.append(question_of(document))
             index.optimize(kb_id)
         print(f"wrote and optimised 2 × {args.points} points in {time.perf_counter() - started:.0f} s", flush=True)
         questions = questions[: args.queries]

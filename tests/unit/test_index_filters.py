@@ -12,6 +12,7 @@ from ragkb_retriever.index.filters import (
     FilterSpec,
     count_filter,
     document_filter,
+    narrowing_filter,
     scope_filter,
     scope_is_empty,
 )
@@ -24,6 +25,16 @@ IN_KB = FieldMatch("kb_id", (KB,))
 
 def test_an_open_scope_still_confines_the_search_to_its_kb() -> None:
     assert scope_filter(KB, ScopeFilter()) == FilterSpec(must=(IN_KB,))
+
+
+def test_what_narrows_a_scope_is_its_filter_less_the_kb() -> None:
+    # An embedded shard holds one KB: its legs take only these conditions (none for an open scope).
+    assert narrowing_filter(ScopeFilter()) is None
+    scope = ScopeFilter(document_ids=["d1"], labels_all=["a"], metadata={"team": "hr"})
+    narrowing = narrowing_filter(scope)
+    assert narrowing is not None
+    assert (IN_KB, *narrowing.must) == scope_filter(KB, scope).must
+    assert IN_KB not in narrowing.must
 
 
 def test_each_allow_list_becomes_a_match_any_on_its_field() -> None:

@@ -555,11 +555,16 @@ class EdgeIndex:
 
 
 class _LegRequests:
-    """Edge query requests for the legs of one search. Every leg carries the scope filter, so that
+    """Edge query requests for the legs of one search. Every leg carries the caller's scope, so that
     ranking only ever sees points the caller may see."""
 
     def __init__(self, kb_id: str, scope: ScopeFilter, candidate_limit: int, leg_payloads: bool) -> None:
-        self._filter = _edge_filter(filters.scope_filter(kb_id, scope))
+        # A shard holds the points of one KB only (each is written to its KB's shard), so the KB's own condition is
+        # true of every point and is left out: a filter that every point passes still cost both legs 0.47 of 2.71 ms
+        # at 84 candidates and 2.1 of 9.1 at 700 (100,000 points; bench/leg_filters.py). What the caller's scope
+        # narrows stays in every leg. The IDF corpus stays: without it, deleted points count.
+        narrowing = filters.narrowing_filter(scope)
+        self._filter = None if narrowing is None else _edge_filter(narrowing)
         self._idf = SearchParams(idf=IdfParams(corpus=_edge_filter(filters.kb_filter(kb_id))))
         self._candidates = candidate_limit
         self._leg_payloads = leg_payloads

@@ -41,6 +41,12 @@ def scope_is_empty(scope: ScopeFilter) -> bool:
 
 def scope_filter(kb_id: str, scope: ScopeFilter) -> FilterSpec:
     """What one KB's search may see. Callers check `scope_is_empty` first."""
+    narrowing = narrowing_filter(scope)
+    return FilterSpec(must=(*kb_filter(kb_id).must, *(narrowing.must if narrowing else ())))
+
+
+def narrowing_filter(scope: ScopeFilter) -> FilterSpec | None:
+    """The conditions of `scope` beyond its KB (documents, labels, types, metadata); None when it has none."""
     optional = (
         ("document_id", scope.document_ids),
         ("labels", scope.labels_any),
@@ -51,7 +57,7 @@ def scope_filter(kb_id: str, scope: ScopeFilter) -> FilterSpec:
     matches += [FieldMatch("labels", (label,)) for label in scope.labels_all or ()]
     # Keys are validated by the api (letters, digits, _ and -), so the dotted path names one nested field.
     matches += [FieldMatch(f"metadata.{key}", (value,)) for key, value in (scope.metadata or {}).items()]
-    return FilterSpec(must=(*kb_filter(kb_id).must, *matches))
+    return FilterSpec(must=tuple(matches)) if matches else None
 
 
 def document_filter(
