@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from common import save_result
-from point_ids import DIM, NUMBERED_KB, OneModel, question_of
+from point_ids import DIM, NUMBERED_KB, OneModel, Question, write_scaled_kb
 from qdrant_edge import (
     FieldCondition,
     Filter,
@@ -34,9 +34,8 @@ from qdrant_edge import (
     SearchParams,
     SparseVector,
 )
-from scale import CHUNKS_PER_DOCUMENT, documents, load_base
+from scale import load_base
 
-from ragkb_core.contracts import SparseTerms
 from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.schema import DENSE_VECTOR, SPARSE_VECTOR
@@ -51,9 +50,7 @@ VARIANTS = {
 }
 
 
-def _requests(
-    question: tuple[list[float], SparseTerms], depth: int, kb: Filter, variant: tuple[bool, bool]
-) -> list[QueryRequest]:
+def _requests(question: Question, depth: int, kb: Filter, variant: tuple[bool, bool]) -> list[QueryRequest]:
     condition, corpus = variant
     terms = question[1]
     return [
@@ -88,14 +85,9 @@ def main() -> None:
         index = EdgeIndex(QdrantSettings(path=Path(folder) / "index", optimize_after_points=10**9))
         service = IndexService(index, OneModel())
         index.create_kb(NUMBERED_KB, DIM)
-        every = max(1, args.points // CHUNKS_PER_DOCUMENT // args.queries)
-        questions, written = [], []
-        for number, document in enumerate(documents(NUMBERED_KB, args.points, base, seed=1)):
-            service.write_document(document)
-            written.append(document.document_id)
-            if number % every == 0:
-                questions.append(question_of(document))
-        index.optimize(NUMBERED_KB)
+        questions, written = write_scaled_kb(
+            index, service, NUMBERED_KB, points=args.points, base=base, queries=args.queries
+        )
         for document_id in written[::10]:
             index.delete_document(NUMBERED_KB, document_id)
         kb = Filter(must=[FieldCondition("kb_id", match=MatchValue(NUMBERED_KB))])  # the adapter's kb_filter
@@ -108,6 +100,7 @@ def main() -> None:
                             started = time.perf_counter()
                             shard.query_batch(QueryBatchRequest(_requests(question, depth, kb, variant)))
                             times[name].append((time.perf_counter() - started) * 1000)
+                reference = next(iter(VARIANTS))  # the adapter's legs before this change
                 differing = dict.fromkeys(VARIANTS, 0)
                 for question in questions:
                     answers = {
@@ -118,7 +111,7 @@ def main() -> None:
                         for name, variant in VARIANTS.items()
                     }
                     for name in VARIANTS:
-                        differing[name] += answers[name] != answers[next(iter(VARIANTS))]
+                        differing[name] += answers[name] != answers[reference]
                 for name in VARIANTS:
                     rows.append(
                         {

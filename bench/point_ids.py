@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common import percentile, save_result
-from scale import CHUNKS_PER_DOCUMENT, documents, load_base
+from scale import CHUNKS_PER_DOCUMENT, BaseSet, documents, load_base
 
 from ragkb_core import ids
 from ragkb_core.contracts import DocumentPoints, ScopeFilter, SparseTerms
@@ -65,15 +65,34 @@ def _seed_uuid_shard(root: Path) -> None:
     index.close()
 
 
-def question_of(document: DocumentPoints) -> tuple[list[float], SparseTerms]:
+# A question of the scaled corpus: a passage's vector and its highest-weighted BM25 terms.
+Question = tuple[list[float], SparseTerms]
+
+
+def question_of(document: DocumentPoints) -> Question:
     chunk = document.chunks[0]
     best = sorted(zip(chunk.sparse.values, chunk.sparse.indices, strict=True), reverse=True)[:QUERY_TERMS]
     return chunk.dense, SparseTerms(indices=[term for _, term in best], values=[1.0] * len(best))
 
 
-def _search(
-    index: EdgeIndex, kb_id: str, question: tuple[list[float], SparseTerms], depth: int
-) -> tuple[float, list[tuple[Any, Any]]]:
+def write_scaled_kb(
+    index: EdgeIndex, service: IndexService, kb_id: str, *, points: int, base: BaseSet, queries: int
+) -> tuple[list[Question], list[str]]:
+    """The scaled corpus written into the KB through the retriever's IndexService, HNSW built; about `queries`
+    questions spread over it (`question_of` its documents), and every document's id."""
+    every = max(1, points // CHUNKS_PER_DOCUMENT // queries)
+    questions: list[Question] = []
+    document_ids: list[str] = []
+    for number, document in enumerate(documents(kb_id, points, base, seed=1)):
+        service.write_document(document)
+        document_ids.append(document.document_id)
+        if number % every == 0:
+            questions.append(question_of(document))
+    index.optimize(kb_id)
+    return questions, document_ids
+
+
+def _search(index: EdgeIndex, kb_id: str, question: Question, depth: int) -> tuple[float, list[tuple[Any, Any]]]:
     limit = 100 if depth >= 700 else 10
     started = time.perf_counter()
     # As the retriever searches: no payloads for the legs' candidates, only for the answer.
@@ -105,15 +124,9 @@ def main() -> None:
         kinds = {UUID_KB: index.numbered_point_ids(UUID_KB), NUMBERED_KB: index.numbered_point_ids(NUMBERED_KB)}
         assert kinds == {UUID_KB: False, NUMBERED_KB: True}, kinds
         index.delete_document(UUID_KB, "seed")  # the shard keeps UUID ids; both KBs now hold the same points
-        questions: list[tuple[list[float], SparseTerms]] = []
-        every = max(1, args.points // CHUNKS_PER_DOCUMENT // args.queries)  # questions spread over the corpus
         started = time.perf_counter()
-        for kb_id in (UUID_KB, NUMBERED_KB):
-            for number, document in enumerate(documents(kb_id, args.points, base, seed=1)):
-                service.write_document(document)
-                if kb_id == NUMBERED_KB and number % every == 0:
-                    questions.append(question_of(document))
-            index.optimize(kb_id)
+        write_scaled_kb(index, service, UUID_KB, points=args.points, base=base, queries=args.queries)
+        questions, _ = write_scaled_kb(index, service, NUMBERED_KB, points=args.points, base=base, queries=args.queries)
         print(f"wrote and optimised 2 × {args.points} points in {time.perf_counter() - started:.0f} s", flush=True)
         questions = questions[: args.queries]
 
