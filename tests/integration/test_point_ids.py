@@ -5,16 +5,17 @@ a document version written again has to land on the same points."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ragkb_core import ids
-from ragkb_core.contracts import ChunkPoint, DocumentPoints, ScopeFilter, SparseTerms
+from ragkb_core.contracts import ChunkPoint, DocumentBatch, DocumentPoints, ScopeFilter, SparseTerms
 from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.filters import kb_filter
-from ragkb_retriever.index.port import IndexPoint
+from ragkb_retriever.index.port import IdKindChanged, IndexPoint
 from ragkb_retriever.indexing import IndexService
 
 pytestmark = pytest.mark.integration
@@ -120,7 +121,7 @@ def test_a_new_kb_numbers_its_points_and_every_read_answers_with_the_same_ids(se
     expected = _expected_ids(numbered=True)
 
     assert index.numbered_point_ids(KB)
-    assert all(point_id.startswith(ids.NUMBERED_PREFIX) for point_id in expected)
+    assert all(ids.is_numbered(point_id) for point_id in expected)
     assert _searched_ids(index) == set(expected)
     for ordinal, point_id in enumerate(expected):
         found = index.retrieve(KB, point_id)
@@ -170,5 +171,66 @@ def test_a_shard_written_with_uuid_ids_keeps_them_until_a_new_generation(setting
         service.write_document(_document(), generation=generation)
         service.switch_generation(KB, generation)
         assert _searched_ids(index) == set(_expected_ids(numbered=True))
+    finally:
+        index.close()
+
+
+def test_a_shard_refuses_points_of_the_other_kind_of_id_and_keeps_what_it_holds(settings: QdrantSettings) -> None:
+    index = EdgeIndex(settings)
+    try:
+        index.create_kb(KB, DIM)
+        index.upsert(KB, _legacy_points(_document(chunks=2)))
+        # The same chunks with numbered ids, as a writer that read another generation's kind would send them.
+        numbered = [
+            replace(point, id=ids.point_id(KB, SOURCE, 1, ordinal))
+            for ordinal, point in enumerate(_legacy_points(_document()))
+        ]
+
+        with pytest.raises(IdKindChanged):
+            index.upsert(KB, numbered)
+        assert index.count(KB) == 2
+        assert not index.numbered_point_ids(KB)
+    finally:
+        index.close()
+
+
+class _SwitchedWhileMinting(EdgeIndex):
+    """The embedded index with a re-index's switch of the live generation landing right after a writer has
+    read which kind of id the live generation holds, and before its write: the moment a real switch can hit."""
+
+    def __init__(self, settings: QdrantSettings, switch_to: int) -> None:
+        super().__init__(settings)
+        self.switch_to: int | None = switch_to
+
+    def numbered_point_ids(self, kb_id: str, *, generation: int | None = None) -> bool:
+        numbered = super().numbered_point_ids(kb_id, generation=generation)
+        if self.switch_to is not None and generation is None:
+            self.switch_generation(kb_id, self.switch_to)
+            self.switch_to = None
+        return numbered
+
+
+def test_a_batch_written_across_a_switch_to_a_numbered_generation_lands_there_with_numbered_ids(
+    settings: QdrantSettings,
+) -> None:
+    before = EdgeIndex(settings)
+    before.create_kb(KB, DIM)
+    before.upsert(KB, _legacy_points(_document()))
+    old_generation = before.generations(KB).live
+    service = IndexService(before, _OneModel())
+    new_generation = service.create_generation(KB)
+    service.write_document(_document(), generation=new_generation)  # the re-index's rebuild, numbered
+    before.close()
+
+    index = _SwitchedWhileMinting(settings, switch_to=new_generation)
+    try:
+        # The version written again by a task in flight: it asks the old generation's kind (UUID), the switch
+        # lands, and its write reaches the new generation, which holds numbered ids.
+        IndexService(index, _OneModel()).write_documents(KB, DocumentBatch(documents=[_document()]))
+
+        assert index.generations(KB).live == new_generation
+        assert index.count(KB, document_id=DOCUMENT) == 3
+        assert _searched_ids(index) == set(_expected_ids(numbered=True))
+        assert index.count(KB, document_id=DOCUMENT, generation=old_generation) == 3
     finally:
         index.close()

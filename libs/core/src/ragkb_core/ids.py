@@ -52,9 +52,14 @@ def numbered_point_id(number: int) -> str:
     return f"{NUMBERED_PREFIX}{digits[:4]}-{digits[4:]}"
 
 
+def is_numbered(point_id: str) -> bool:
+    """Whether `point_id` is a numbered id (`point_id(..., numbered=True)`), not an older UUID one."""
+    return point_id.startswith(NUMBERED_PREFIX)
+
+
 def engine_point_id(point_id: str) -> int | str:
     """What an index is given for a point id: a numbered id's number, an older id's UUID text as it is."""
-    if point_id.startswith(NUMBERED_PREFIX):
+    if is_numbered(point_id):
         return int(point_id[_PREFIX_LENGTH : _PREFIX_LENGTH + 4] + point_id[_PREFIX_LENGTH + 5 :], 16)
     return point_id
 

@@ -5,6 +5,7 @@ alias to it, and can switch back (roll back) until the old generation is dropped
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from ragkb_core.contracts import (
@@ -22,7 +23,7 @@ from ragkb_core.errors import InvalidInput, NotFound
 from ragkb_core.ids import point_id
 from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_retriever.index.filters import document_filter, kb_filter, ordinal_window_filter
-from ragkb_retriever.index.port import IndexHit, IndexPoint, VectorIndex
+from ragkb_retriever.index.port import IdKindChanged, IndexHit, IndexPoint, VectorIndex
 
 # Points per page when a census or an export walks through a KB's index.
 SCROLL_PAGE = 1000
@@ -80,22 +81,31 @@ class IndexService:
     def write_document(self, document: DocumentPoints, *, generation: int | None = None) -> DocumentWriteResult:
         self._require_kb(document.kb_id)
         # Generations of one KB may hold different models' vectors: the engine checks each one's own size.
-        numbered = self._index.numbered_point_ids(document.kb_id, generation=generation)
-        points = [_point(document, chunk_index, numbered) for chunk_index in range(len(document.chunks))]
-        self._index.upsert(document.kb_id, points, generation=generation)
-        return DocumentWriteResult(written=len(points), deleted_old=0)
+        written = self._upsert_documents(document.kb_id, [document], generation)
+        return DocumentWriteResult(written=written, deleted_old=0)
 
     def write_documents(self, kb_id: str, batch: DocumentBatch) -> DocumentWriteResult:
         """All chunks of several documents of one KB in one upsert."""
         self._require_kb(kb_id)
         if any(document.kb_id != kb_id for document in batch.documents):
             raise InvalidInput("every document of the batch must belong to the path's knowledge base")
-        numbered = self._index.numbered_point_ids(kb_id)
-        points = [
-            _point(document, index, numbered) for document in batch.documents for index in range(len(document.chunks))
-        ]
-        self._index.upsert(kb_id, points)
-        return DocumentWriteResult(written=len(points), deleted_old=0)
+        return DocumentWriteResult(written=self._upsert_documents(kb_id, batch.documents, None), deleted_old=0)
+
+    def _upsert_documents(self, kb_id: str, documents: Sequence[DocumentPoints], generation: int | None) -> int:
+        """Every chunk of the documents as a point, with an id of the kind the generation holds."""
+        points = self._points(kb_id, documents, generation)
+        try:
+            self._index.upsert(kb_id, points, generation=generation)
+        except IdKindChanged:
+            # A re-index switched the live generation between reading its kind and the write: mint the ids for
+            # the one live now.
+            points = self._points(kb_id, documents, generation)
+            self._index.upsert(kb_id, points, generation=generation)
+        return len(points)
+
+    def _points(self, kb_id: str, documents: Sequence[DocumentPoints], generation: int | None) -> list[IndexPoint]:
+        numbered = self._index.numbered_point_ids(kb_id, generation=generation)
+        return [_point(document, index, numbered) for document in documents for index in range(len(document.chunks))]
 
     def delete_document(
         self,

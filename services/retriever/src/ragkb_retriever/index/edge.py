@@ -69,6 +69,7 @@ from ragkb_retriever.index.edge_shards import ShardClosedError, ShardHandle, Sha
 from ragkb_retriever.index.port import (
     DenseLeg,
     GenerationInfo,
+    IdKindChanged,
     IndexHit,
     IndexPoint,
     KeywordLeg,
@@ -227,11 +228,9 @@ class EdgeIndex:
         for start in range(0, len(points), UPSERT_SLICE):
             if start:
                 time.sleep(0)  # lets a waiting search thread take the GIL
-            operation = UpdateOperation.upsert_points(
-                [_edge_point(point) for point in points[start : start + UPSERT_SLICE]]
-            )
+            sliced = points[start : start + UPSERT_SLICE]
             try:
-                handle = self._write(kb_id, operation, generation)
+                handle = self._write_points(kb_id, sliced, generation)
             except Exception as exc:
                 if (invalid := wrong_dimension(exc)) is not None:
                     raise invalid from exc
@@ -280,12 +279,9 @@ class EdgeIndex:
 
     def numbered_point_ids(self, kb_id: str, *, generation: int | None = None) -> bool:
         with self._shard(kb_id, generation) as (handle, shard):
-            if handle.numbered_ids is None:
-                # Read once per open shard: a shard holds one kind of id (the first point in id order is a
-                # number whenever any is), and only this process writes it.
-                records, _ = shard.scroll(ScrollRequest(limit=1, with_payload=False, with_vector=False))
-                handle.numbered_ids = not records or isinstance(records[0].id, int)
-            return handle.numbered_ids
+            held = _id_kind_held(handle, shard)
+        # An empty shard takes numbered ids; the first write fixes its kind.
+        return held is None or held
 
     def dense_vectors(
         self, kb_id: str, point_ids: Sequence[str], *, generation: int | None = None
@@ -462,6 +458,18 @@ class EdgeIndex:
 
     # -- internals ---------------------------------------------------------------------------------
 
+    def _write_points(self, kb_id: str, points: Sequence[IndexPoint], generation: int | None) -> ShardHandle:
+        """Upsert one slice into the shard it reaches, whose kind of id its points must have: checked on the
+        same lease as the write, so a switch of the live generation in between cannot mix two kinds in one."""
+        with self._shard(kb_id, generation) as (handle, shard):
+            held = _id_kind_held(handle, shard)
+            numbered = ids.is_numbered(points[0].id) if held is None else held
+            if any(ids.is_numbered(point.id) != numbered for point in points):
+                raise IdKindChanged(kb_id, numbered)
+            shard.update(UpdateOperation.upsert_points([_edge_point(point) for point in points]))
+            handle.numbered_ids = numbered
+        return handle
+
     def _write(self, kb_id: str, operation: UpdateOperation, generation: int | None) -> ShardHandle:
         """Apply a write; the caller records it on the returned handle (flushing and optimising follow)."""
         with self._shard(kb_id, generation) as (handle, shard):
@@ -611,6 +619,17 @@ def _generation(kb_id: str, name: str) -> int:
     if number is None:  # an alias file not written by this adapter
         raise Unavailable(f"the alias of knowledge base {kb_id} points at {name!r}, not a generation")
     return number
+
+
+def _id_kind_held(handle: ShardHandle, shard: EdgeShard) -> bool | None:
+    """Whether the shard's points have numbered ids; None while it has none. Read once per open shard that has
+    points: a shard holds one kind of id (the first point in id order is a number whenever any is; `upsert`
+    keeps it so), and only this process writes it."""
+    if handle.numbered_ids is None:
+        records, _ = shard.scroll(ScrollRequest(limit=1, with_payload=False, with_vector=False))
+        if records:
+            handle.numbered_ids = isinstance(records[0].id, int)
+    return handle.numbered_ids
 
 
 def _edge_point(point: IndexPoint) -> Point:

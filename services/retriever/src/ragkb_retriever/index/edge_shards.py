@@ -33,7 +33,8 @@ class ShardHandle:
         self._written_since_optimize = 0
         self._last_write = time.monotonic()
         self._optimize_lock = threading.Lock()
-        # Whether new points get numbered ids here (ragkb_core.ids); set by EdgeIndex on first use.
+        # Whether the shard's points have numbered ids (ragkb_core.ids); None until EdgeIndex knows it, from the
+        # first point it reads or the first write.
         self.numbered_ids: bool | None = None
 
     @contextmanager

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ragkb_core.contracts import ScopeFilter, SparseTerms
-from ragkb_core.errors import Conflict, InvalidInput, NotFound
+from ragkb_core.errors import Conflict, InvalidInput, NotFound, Unavailable
 from ragkb_core.fusion import leg_parts
 from ragkb_core.kb_settings import FusionMethod, KbIndexLayout
 from ragkb_retriever.index.filters import FilterSpec, document_filter, scope_is_empty
@@ -143,7 +143,9 @@ class VectorIndex(Protocol):
     # -- data --------------------------------------------------------------------------------------
 
     def upsert(self, kb_id: str, points: Sequence[IndexPoint], *, generation: int | None = None) -> None:
-        """Write points; a dense vector of the wrong size for the collection is InvalidInput."""
+        """Write points; a dense vector of the wrong size for the collection is InvalidInput. Where a generation
+        may hold either kind of id (the embedded index), points of the other kind than the one it holds
+        (`numbered_point_ids`) are refused with IdKindChanged, none of them written there."""
         ...
 
     def delete_document(
@@ -324,6 +326,22 @@ def live_generation_conflict(kb_id: str, generation: int) -> Conflict:
         kb_id=kb_id,
         generation=generation,
     )
+
+
+class IdKindChanged(Unavailable):
+    """An upsert's ids are of the other kind than the generation it reached holds: the KB's live generation was
+    switched (a re-index) between `numbered_point_ids` and the write. The writer mints the ids again and retries
+    (IndexService); a generation never holds both kinds, or a version written twice would be counted twice.
+    Should it escape (another switch in the same instant), it is a 503: the worker's retry mints them again."""
+
+    retry_after_s = 1
+
+    def __init__(self, kb_id: str, numbered: bool) -> None:
+        held = "numbered" if numbered else "UUID"
+        super().__init__(
+            f"knowledge base {kb_id}'s live index generation changed during the write: it holds {held} point ids",
+            kb_id=kb_id,
+        )
 
 
 def wrong_dimension(exc: Exception) -> InvalidInput | None:
