@@ -10,7 +10,12 @@ of this machine's two cores), by every precision of `chunking.passage_precision`
 turns within each round, since this machine's speed drifts). What the vectors' movement costs in retrieval is
 bench/quality.py's to say, through the service (`--compare`; README, Benchmarks: int8-mixed passages).
 
-Results: bench/results/passage-precision.json and .md.
+The same precisions as the retriever's query graph (RAGKB_RETRIEVER__QUERY_PRECISION): the first --queries
+questions of each corpus embedded one at a time on QUERY_THREADS threads (the retriever's on this machine), back
+to back, taking turns the same way; reported per precision: 1 − cosine to float32 and the wall ms per query
+(median over the questions of every round).
+
+Results: bench/results/passage-precision[-LABEL].json and .md.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import time
 from typing import Any, get_args
 
 import numpy as np
-from common import save_result
+from common import DATA, read_jsonl, save_result
 from embed_batching import chunked_documents
 from numpy.typing import NDArray
 
@@ -30,6 +35,7 @@ from ragkb_core.settings import EmbeddingSettings
 from ragkb_models import Embedder, EmbedderPool
 
 CALL_SIZE = 8
+QUERY_THREADS = 2
 
 
 def embed_in_calls(embedder: Embedder, texts: list[str]) -> tuple[NDArray[np.float32], float]:
@@ -67,7 +73,39 @@ def measure(corpus: str, documents: int, rounds: int, pool: EmbedderPool) -> lis
     return rows
 
 
-def markdown(rows: list[dict[str, Any]]) -> str:
+def measure_queries(corpus: str, count: int, rounds: int, pool: EmbedderPool) -> list[dict[str, Any]]:
+    precisions: tuple[PassagePrecision, ...] = get_args(PassagePrecision)
+    embedders = {precision: pool.get(None, precision) for precision in precisions}
+    questions = [row["text"] for row in read_jsonl(DATA / corpus / "queries.jsonl")][:count]
+    vectors = {precision: np.zeros((len(questions), 0), dtype=np.float32) for precision in precisions}
+    walls: dict[str, list[float]] = {precision: [] for precision in precisions}
+    for precision in precisions:  # warm-up, off the clock
+        embedders[precision].embed_query(questions[0])
+    for _ in range(rounds):
+        for precision in precisions:
+            embedded = []
+            for question in questions:
+                started = time.perf_counter()
+                embedded.append(embedders[precision].embed_query(question))
+                walls[precision].append((time.perf_counter() - started) * 1000)
+            vectors[precision] = np.array(embedded, dtype=np.float32)
+    rows = []
+    for precision in precisions:
+        loss = np.clip(1 - np.sum(vectors[precision] * vectors["float32"], axis=1), 0.0, None)
+        rows.append(
+            {
+                "corpus": corpus,
+                "precision": precision,
+                "queries": len(questions),
+                "one_minus_cosine_mean": round(float(loss.mean()), 6),
+                "one_minus_cosine_max": round(float(loss.max()), 6),
+                "ms_per_query_p50": round(statistics.median(walls[precision]), 2),
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]], query_rows: list[dict[str, Any]]) -> str:
     lines = [
         "| corpus | precision | chunks | 1 − cosine to float32: mean | worst chunk | chunks/s (1 thread) |",
         "|---|---|---|---|---|---|",
@@ -77,6 +115,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         f"{r['one_minus_cosine_max']} | {r['chunks_per_s']} |"
         for r in rows
     ]
+    lines += [
+        "",
+        f"| corpus | query graph | questions | 1 − cosine to float32: mean | worst question | ms per query p50 "
+        f"({QUERY_THREADS} threads) |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['corpus']} | {r['precision']} | {r['queries']} | {r['one_minus_cosine_mean']} | "
+        f"{r['one_minus_cosine_max']} | {r['ms_per_query_p50']} |"
+        for r in query_rows
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -84,11 +133,30 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpora", nargs="+", default=["scifact", "jsquad"])
     parser.add_argument("--documents", type=int, default=200, help="the first N documents of each corpus")
+    parser.add_argument("--queries", type=int, default=200, help="the first N questions of each corpus (0: none)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--label", default="")
     args = parser.parse_args()
     pool = EmbedderPool(EmbeddingSettings(threads=1))
     rows = [row for corpus in args.corpora for row in measure(corpus, args.documents, args.rounds, pool)]
-    save_result("passage-precision", {"documents": args.documents, "rounds": args.rounds, "rows": rows}, markdown(rows))
+    query_pool = EmbedderPool(EmbeddingSettings(threads=QUERY_THREADS))
+    query_rows = [
+        row
+        for corpus in args.corpora
+        if args.queries
+        for row in measure_queries(corpus, args.queries, args.rounds, query_pool)
+    ]
+    save_result(
+        f"passage-precision{'-' + args.label if args.label else ''}",
+        {
+            "documents": args.documents,
+            "queries": args.queries,
+            "rounds": args.rounds,
+            "rows": rows,
+            "query_rows": query_rows,
+        },
+        markdown(rows, query_rows),
+    )
 
 
 if __name__ == "__main__":

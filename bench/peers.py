@@ -2,7 +2,7 @@
 
     make bench-peers        (installs bench/requirements-peers.txt into .venv/peers, over .venv, and runs this)
     .venv/peers/bin/python bench/peers.py [--corpora scifact:train jsquad:dev] [--max-queries N] [--max-docs N]
-                                          [--ingest-docs 500] [--ragkb-precisions float32 int8-mixed]
+                                          [--ingest-docs 500] [--ragkb-precisions int8-block float32]
                                           [--peers txtai lancedb chroma] [--url URL] [--keep]
 
 Peers, each installed from PyPI and run in this process with its defaults, top 100 per query:
@@ -548,8 +548,9 @@ def main() -> None:
     parser.add_argument(
         "--ragkb-precisions",
         nargs="+",
-        default=["float32", "int8-mixed"],
-        help="passage precisions ragkb's ingest is measured in, each with its ratio column (peers.png: the first)",
+        default=["int8-block", "float32"],
+        help="passage precisions ragkb's ingest is measured in, each with its ratio column (peers.png: the first; "
+        "the default precision first)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the other corpora of the previous peers.json")
     args = parser.parse_args()

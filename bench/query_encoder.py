@@ -11,6 +11,8 @@ by the packaged e5 on one ONNX Runtime thread, a batch of one, as the retriever 
   every MatMul, the fused attention's Q/K/V projection and the embedding tables in int8;
 - int8-mixed: the retriever's int8 query graph (`RAGKB_RETRIEVER__QUERY_INT8`, ragkb_models.onnx_encoder.MIXED_INT8),
   also the graph of `chunking.passage_precision=int8-mixed`;
+- int8-block: the blockwise int8 graph (ragkb_models.onnx_encoder.BLOCK_INT8), `passage_precision=int8-block` and
+  `RAGKB_RETRIEVER__QUERY_PRECISION=int8-block`;
 - the candidate recipes of CANDIDATES, built here from the float32 graph into the bench cache (how the query
   recipe was chosen; README, Benchmarks).
 
@@ -62,7 +64,7 @@ CANDIDATES: dict[str, Int8Recipe] = {
     "int8 ffn-down-4-fp32": Int8Recipe(float_weights=(r"encoder\.layer\.4\.output\.dense\.weight",)),
     "int8 ffn-down-fp32": Int8Recipe(float_weights=(r"encoder\.layer\.\d+\.output\.dense\.weight",)),
 }
-BACKENDS = {"fp32": "onnx", "int8": "onnx-int8", "int8-mixed": "onnx-int8-mixed"}
+BACKENDS = {"fp32": "onnx", "int8": "onnx-int8", "int8-mixed": "onnx-int8-mixed", "int8-block": "onnx-int8-block"}
 
 
 def query_embedder(graph: str) -> Embedder:

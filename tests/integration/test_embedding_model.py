@@ -307,12 +307,41 @@ def test_the_query_int8_graph_keeps_the_ffn_down_projections_of_its_recipe_in_fl
     assert not [node for node in passage_graph if node.op_type == "MatMul"]  # passages: every MatMul in int8
 
 
+def test_the_int8_block_graph_keeps_passages_and_queries_within_a_hair_of_float32(
+    e5_folder: Path, agreement_texts: list[str]
+) -> None:
+    pool = EmbedderPool(e5_settings("onnx"))
+    block = pool.get(None, "int8-block")
+    assert block is pool.get(E5_MODEL_NAME, "int8-block") and block is not pool.get(None, "int8-mixed")
+    exact = pool.get(None, "float32").embed_passages(agreement_texts)
+    block_loss = 1 - np.sum(exact * block.embed_passages(agreement_texts), axis=1)
+    mixed_loss = 1 - np.sum(exact * pool.get(None, "int8-mixed").embed_passages(agreement_texts), axis=1)
+    # What it is for: activations quantised per block of 128, not per run, move the vectors several times less.
+    assert block_loss.max() <= 0.001, block_loss.max()
+    assert block_loss.mean() < 0.35 * mixed_loss.mean(), (block_loss.mean(), mixed_loss.mean())
+    queries = JAPANESE_EXTRAS[:1] + ENGLISH_EXTRAS[:1] + ["梅雨とは何季の一種か?", "vitamin D and bone fractures"]
+    query_cosines = [float(np.dot(pool.get(None, "float32").embed_query(q), block.embed_query(q))) for q in queries]
+    assert min(query_cosines) >= 0.999, query_cosines
+
+
+def test_the_int8_block_graph_replaces_every_matmul_and_nothing_else(e5_folder: Path) -> None:
+    float32_nodes = onnx.load(str(ensure_onnx_model(e5_folder, "fp32"))).graph.node
+    block_nodes = onnx.load(str(ensure_onnx_model(e5_folder, "int8-block"))).graph.node
+    matmuls = sum(node.op_type == "MatMul" for node in float32_nodes)
+    assert matmuls and not [node for node in block_nodes if node.op_type == "MatMul"]
+    nbits = [node for node in block_nodes if node.op_type == "MatMulNBits"]
+    assert len(nbits) == matmuls
+    attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nbits[0].attribute}
+    assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (8, 128, 4)
+
+
 def test_onnx_graphs_are_built_once(e5_folder: Path) -> None:
     load_embedder(e5_settings("onnx-int8"))
     load_embedder(e5_settings("onnx-int8-mixed"))
+    load_embedder(e5_settings("onnx-int8-block"))
     graphs = {path.name: path.stat().st_mtime_ns for path in (e5_folder / "onnx").glob("*.onnx")}
-    assert sorted(graphs) == ["model.onnx", "model_int8.onnx", "model_int8_mixed.onnx"]
-    precisions: list[Precision] = ["fp32", "int8", "int8-mixed"]
+    assert sorted(graphs) == ["model.onnx", "model_int8.onnx", "model_int8_block.onnx", "model_int8_mixed.onnx"]
+    precisions: list[Precision] = ["fp32", "int8", "int8-mixed", "int8-block"]
     for precision in precisions:
         path = ensure_onnx_model(e5_folder, precision)
         assert path.stat().st_mtime_ns == graphs[path.name]
@@ -322,8 +351,9 @@ def test_prepare_builds_the_graph_the_services_load_and_a_second_run_rebuilds_no
     env = {**os.environ, "RAGKB_EMBEDDING__CACHE_DIR": str(MODEL_CACHE), "RAGKB_EMBEDDING__BACKEND": "onnx"}
     prepare = [sys.executable, "-m", "ragkb_models.prepare"]
     subprocess.run(prepare, env=env, check=True, capture_output=True)
-    # All three: KBs may ask for int8 passages, the retriever for int8 queries (RAGKB_RETRIEVER__QUERY_INT8).
-    graphs = [e5_folder / "onnx" / name for name in ("model.onnx", "model_int8.onnx", "model_int8_mixed.onnx")]
+    # All four: KBs may ask for int8 passages, the retriever for int8 queries (RAGKB_RETRIEVER__QUERY_PRECISION).
+    names = ("model.onnx", "model_int8.onnx", "model_int8_mixed.onnx", "model_int8_block.onnx")
+    graphs = [e5_folder / "onnx" / name for name in names]
     built = [graph.stat().st_mtime_ns for graph in graphs]
     again = subprocess.run(prepare, env=env, check=True, capture_output=True, text=True)
     assert f"{E5_MODEL_NAME} (onnx) ready in {MODEL_CACHE}" in again.stdout

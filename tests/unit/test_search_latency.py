@@ -121,10 +121,10 @@ def test_server_timing_names_every_stage_and_the_total() -> None:
     assert all(";dur=" in metric for metric in header.split(", "))
 
 
-def test_the_retriever_embeds_queries_on_its_cores_at_most_four_and_int8_only_when_asked() -> None:
+def test_the_retriever_embeds_queries_on_its_cores_at_most_four_in_blockwise_int8_unless_told() -> None:
     default = query_embedding_settings(RetrieverSettings())
     assert default.threads == min(available_cores(), QUERY_THREADS_CAP)
-    assert default.backend == "onnx"
+    assert default.backend == "onnx-int8-block"
     one = query_embedding_settings(RetrieverSettings(retriever=RetrieverServerSettings(embed_threads=1)))
     assert one.threads == 1  # a set value is kept
     int8 = query_embedding_settings(
@@ -137,3 +137,7 @@ def test_the_retriever_embeds_queries_on_its_cores_at_most_four_and_int8_only_wh
         )
     )
     assert on_torch.backend == "torch"  # int8 is a graph of the ONNX runtime only
+    block = query_embedding_settings(
+        RetrieverSettings(retriever=RetrieverServerSettings(query_precision="int8-block", query_int8=True))
+    )
+    assert block.backend == "onnx-int8-block"  # a precision named wins over the older switch

@@ -13,8 +13,8 @@ from ragkb_core.formats import EXTENSION_MEDIA_TYPES
 
 # What a document is: knowledge (answers) or reference (long authoritative originals, e.g. regulations).
 DocType = Literal["knowledge", "reference"]
-# The precision a KB's passages are embedded in; its queries are always embedded in float32.
-PassagePrecision = Literal["float32", "int8", "int8-mixed"]
+# The precision a KB's passages are embedded in (its queries: the retriever's RAGKB_RETRIEVER__QUERY_PRECISION).
+PassagePrecision = Literal["float32", "int8", "int8-mixed", "int8-block"]
 MAX_NOISE_PATTERNS = 50
 MAX_PATTERN_CHARS = 500
 
@@ -30,15 +30,16 @@ class KbChunking(BaseModel):
     # OCR (Japanese and English) of PDF pages without a text layer and of images; off: a scan fails with
     # that reason and images are refused at ingestion. Read when a document is parsed.
     ocr: bool = True
-    # int8 and int8-mixed: the packaged e5's passages through an int8 ONNX graph, ~1.5× the documents/s end to
-    # end. int8-mixed keeps the three products int8 moves most in float32 (ragkb_models.onnx_encoder.MIXED_INT8):
-    # its vectors move 2.5–3.1× less from float32's at about the same speed. Through the service (bench/quality.py,
-    # one stack, one hour, queries float32), the worst nDCG@10 loss on SciFact / JSQuAD was 0.0033 for int8-mixed
-    # (SciFact hybrid) and 0.0057 for int8 (SciFact semantic), more than issue 19's 0.003, so float32 stays the
-    # default (README, Benchmarks: int8-mixed passages). Each int8 vector is ≥ 0.99 cosine to its float32 one, so a KB
-    # switched any way keeps answering while its documents are ingested again. Other models run on torch in
-    # float32 whatever this says.
-    passage_precision: PassagePrecision = "float32"
+    # The graph the packaged e5 embeds this KB's passages with (other models run on torch in float32 whatever
+    # this says). int8-block, the default for new KBs: every MatMul with int8 weights and activations per block of
+    # 128 (ragkb_models.onnx_encoder.BLOCK_INT8), ~10× closer to float32's vectors than int8-mixed (1 − cosine
+    # ~0.0001) at ~1.3× float32's speed; through the service (bench/quality.py, one stack) it scored within 0.001 of
+    # float32 in every mode on SciFact and JSQuAD (README, Benchmarks: int8-block). int8 and int8-mixed (dynamic
+    # int8: one activation scale per run) embed ~1.5× faster still but lost up to 0.0057 / 0.0033. Every KB created
+    # before int8-block became the default has float32 written into its chunking (migration 0016, then the API's
+    # full settings), so the default applies to new KBs only. Each graph's vectors are ≥ 0.99 cosine to float32's,
+    # so a KB switched any way keeps answering while its documents are ingested again.
+    passage_precision: PassagePrecision = "int8-block"
 
     @field_validator("noise_patterns")
     @classmethod

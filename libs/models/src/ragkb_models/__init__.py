@@ -2,7 +2,7 @@
 the embedder that the worker and the retriever share."""
 
 from ragkb_models.e5_convert import E5_MODEL_NAME, convert_e5
-from ragkb_models.embedder import Backend, Embedder, EmbedderPool, load_embedder
+from ragkb_models.embedder import Backend, Embedder, EmbedderPool, in_precision, load_embedder
 from ragkb_models.errors import ModelError, ModelFileError
 
 __all__ = [
@@ -13,5 +13,6 @@ __all__ = [
     "ModelError",
     "ModelFileError",
     "convert_e5",
+    "in_precision",
     "load_embedder",
 ]

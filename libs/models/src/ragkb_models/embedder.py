@@ -26,9 +26,15 @@ logger = logging.getLogger(__name__)
 
 # The runtimes EmbeddingSettings.backend names; keep the two lists equal.
 # onnx-int8-mixed: the int8 graph that keeps three products float32 (onnx_encoder.MIXED_INT8): a KB's
-# `int8-mixed` passages and the retriever's int8 queries (RAGKB_RETRIEVER__QUERY_INT8), never a configured backend.
-Backend = Literal["onnx", "onnx-int8", "onnx-int8-mixed", "torch"]
-_ONNX_PRECISION: dict[str, Precision] = {"onnx": "fp32", "onnx-int8": "int8", "onnx-int8-mixed": "int8-mixed"}
+# `int8-mixed` passages and the retriever's int8 queries (RAGKB_RETRIEVER__QUERY_INT8), never a configured backend;
+# onnx-int8-block: the blockwise int8 graph (onnx_encoder.BLOCK_INT8) of a KB's `int8-block` passages, likewise.
+Backend = Literal["onnx", "onnx-int8", "onnx-int8-mixed", "onnx-int8-block", "torch"]
+_ONNX_PRECISION: dict[str, Precision] = {
+    "onnx": "fp32",
+    "onnx-int8": "int8",
+    "onnx-int8-mixed": "int8-mixed",
+    "onnx-int8-block": "int8-block",
+}
 # Padded tokens per forward run. On 2 cores both runtimes were fastest with runs of 256–1024 tokens
 # (one long passage, or a few dozen short ones); 16 long passages per run were ~30% slower.
 TOKENS_PER_RUN = 512
@@ -166,16 +172,21 @@ class EmbedderPool:
         key = (model, precision)
         embedder = self._by_name.get(key)
         if embedder is None:
-            embedder = self._by_name[key] = load_embedder(_in_precision(self._settings.for_model(model), precision))
+            embedder = self._by_name[key] = load_embedder(in_precision(self._settings.for_model(model), precision))
         return embedder
 
 
-_PASSAGE_BACKENDS: dict[PassagePrecision, Backend] = {"int8": "onnx-int8", "int8-mixed": "onnx-int8-mixed"}
+_PASSAGE_BACKENDS: dict[PassagePrecision, Backend] = {
+    "int8": "onnx-int8",
+    "int8-mixed": "onnx-int8-mixed",
+    "int8-block": "onnx-int8-block",
+}
 
 
-def _in_precision(settings: EmbeddingSettings, precision: PassagePrecision) -> EmbeddingSettings:
-    """int8 and int8-mixed swap the packaged e5's float32 ONNX graph for that int8 graph; any other model, and
-    e5 on torch or already int8, stays as it is (only e5 has ONNX graphs: the others run on torch)."""
+def in_precision(settings: EmbeddingSettings, precision: PassagePrecision) -> EmbeddingSettings:
+    """A KB's passages (or the retriever's queries) in `precision`: int8, int8-mixed and int8-block swap the
+    packaged e5's float32 ONNX graph for that int8 graph; any other model, and e5 on torch or already int8, stays
+    as it is (only e5 has ONNX graphs: the others run on torch)."""
     if precision != "float32" and settings.model == E5_MODEL_NAME and settings.backend == "onnx":
         return settings.model_copy(update={"backend": _PASSAGE_BACKENDS[precision]})
     return settings
@@ -196,6 +207,7 @@ def build_embedder_files(settings: EmbeddingSettings) -> bool:
     if settings.backend == "onnx":
         ensure_onnx_model(folder, "int8")
         ensure_onnx_model(folder, "int8-mixed")
+        ensure_onnx_model(folder, "int8-block")
     return True
 
 

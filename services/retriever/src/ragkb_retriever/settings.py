@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import AnyHttpUrl, BaseModel, Field, SecretStr, field_validator
+from pydantic import AnyHttpUrl, BaseModel, Field, SecretStr, TypeAdapter, field_validator, model_validator
 from pydantic_settings import BaseSettings
 
+from ragkb_core.kb_settings import PassagePrecision
 from ragkb_core.settings import (
     SERVICE_SETTINGS_CONFIG,
     SERVICE_TOKEN_DESCRIPTION,
@@ -17,6 +18,7 @@ from ragkb_core.settings import (
     QdrantSettings,
     available_cores,
 )
+from ragkb_models import in_precision
 
 # The most threads a query embedding takes when RAGKB_RETRIEVER__EMBED_THREADS is 0: a query is a batch of one
 # short text, whose layers split into few useful pieces; more threads would only wait for each other (measured
@@ -77,10 +79,23 @@ class RetrieverServerSettings(HttpServerSettings):
     # (bench/latency_ab.py, README Latency): two threads against one took a lone search from 23.4 to 19.8 ms
     # p50 over HTTP; 8 concurrent clients searched as fast as before (concurrent runs share the session's pool).
     embed_threads: int = Field(default=0, ge=0)
-    # Embed queries with the packaged e5's mixed int8 graph (ragkb_models.onnx_encoder.MIXED_INT8; not the all-int8
-    # graph of `int8` passages) while passages stay float32 (the worker's backend `onnx`): about half the CPU
-    # per query; see the README's Benchmarks for what it does to quality.
-    query_int8: bool = False
+    # The packaged e5's graph that embeds queries (on ONNX; other models run on torch in float32): one of a KB's
+    # passage precisions (ragkb_core.kb_settings.PassagePrecision), whatever the KBs' passages are in (every
+    # graph's vectors are ≥ 0.99 cosine to float32's). int8-block (the default) is ~1.2× faster per query than
+    # float32 and as exact (1 − cosine ~0.0001); int8-mixed takes about half float32's CPU but moves the vectors
+    # ~10× more. README, Benchmarks: int8-block, for what each does to quality.
+    query_precision: PassagePrecision = "int8-block"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _query_int8_means_int8_mixed(cls, data: Any) -> Any:
+        """RAGKB_RETRIEVER__QUERY_INT8, the switch before query_precision: true embedded queries in int8-mixed.
+        Still read (not a field: nothing new should set it), so such a deployment keeps its queries."""
+        if isinstance(data, dict) and "query_int8" in data:
+            data = dict(data)
+            if TypeAdapter(bool).validate_python(data.pop("query_int8")):
+                data.setdefault("query_precision", "int8-mixed")
+        return data
 
 
 class ExternalSettings(BaseModel):
@@ -118,7 +133,5 @@ def query_embedding_settings(settings: RetrieverSettings) -> EmbeddingSettings:
     """The embedding settings the retriever loads its models with: it embeds only queries (and reads a
     model's dimension), so the runtime is set up for one short text at a time."""
     server = settings.retriever
-    int8 = server.query_int8 and settings.embedding.backend == "onnx"
-    backend = "onnx-int8-mixed" if int8 else settings.embedding.backend
     threads = server.embed_threads or min(available_cores(), QUERY_THREADS_CAP)
-    return settings.embedding.model_copy(update={"threads": threads, "backend": backend})
+    return in_precision(settings.embedding, server.query_precision).model_copy(update={"threads": threads})
