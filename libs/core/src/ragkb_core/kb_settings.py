@@ -31,14 +31,14 @@ class KbChunking(BaseModel):
     # that reason and images are refused at ingestion. Read when a document is parsed.
     ocr: bool = True
     # The graph the packaged e5 embeds this KB's passages with (other models run on torch in float32 whatever
-    # this says). int8-block, the default for new KBs: every MatMul with int8 weights and activations per block of
-    # 128 (ragkb_models.onnx_encoder.BLOCK_INT8), ~10× closer to float32's vectors than int8-mixed (1 − cosine
-    # ~0.0001) at ~1.3× float32's speed; through the service (bench/quality.py, one stack) it scored within 0.001 of
-    # float32 in every mode on SciFact and JSQuAD (README, Benchmarks: int8-block). int8 and int8-mixed (dynamic
-    # int8: one activation scale per run) embed ~1.5× faster still but lost up to 0.0057 / 0.0033. Every KB created
-    # before int8-block became the default has float32 written into its chunking (migration 0016, then the API's
-    # full settings), so the default applies to new KBs only. Each graph's vectors are ≥ 0.99 cosine to float32's,
-    # so a KB switched any way keeps answering while its documents are ingested again.
+    # this says). int8-block, the default for new KBs: every MatMul with int8 weights and activations per block
+    # of 128 (ragkb_models.onnx_encoder.BLOCK_INT8), ~10× closer to float32's vectors than int8-mixed (1 − cosine
+    # ~0.0001) at ~1.3× float32's speed; through the service (bench/quality.py, one stack) it scored within
+    # 0.0013 of float32 in every mode on SciFact and JSQuAD (README, Benchmarks: int8-block). int8 and int8-mixed
+    # (dynamic int8: one activation scale per run) encode at ~1.8× float32's speed but lost up to 0.0057 / 0.0033.
+    # Every KB created before int8-block became the default has float32 written into its chunking (migration
+    # 0016, then the API's full settings), so the default applies to new KBs only. Each graph's vectors are ≥ 0.99
+    # cosine to float32's, so a KB switched any way keeps answering while its documents are ingested again.
     passage_precision: PassagePrecision = "int8-block"
 
     @field_validator("noise_patterns")

@@ -25,9 +25,9 @@ from ragkb_models.onnx_encoder import OnnxEncoder, Precision, ensure_onnx_model
 logger = logging.getLogger(__name__)
 
 # The runtimes EmbeddingSettings.backend names; keep the two lists equal.
-# onnx-int8-mixed: the int8 graph that keeps three products float32 (onnx_encoder.MIXED_INT8): a KB's
-# `int8-mixed` passages and the retriever's int8 queries (RAGKB_RETRIEVER__QUERY_INT8), never a configured backend;
-# onnx-int8-block: the blockwise int8 graph (onnx_encoder.BLOCK_INT8) of a KB's `int8-block` passages, likewise.
+# onnx-int8-mixed: the int8 graph that keeps three products float32 (onnx_encoder.MIXED_INT8), and
+# onnx-int8-block: the blockwise int8 graph (onnx_encoder.BLOCK_INT8): a KB's `int8-mixed` / `int8-block` passages
+# and the retriever's queries in that precision (RAGKB_RETRIEVER__QUERY_PRECISION), never a configured backend.
 Backend = Literal["onnx", "onnx-int8", "onnx-int8-mixed", "onnx-int8-block", "torch"]
 _ONNX_PRECISION: dict[str, Precision] = {
     "onnx": "fp32",
@@ -196,7 +196,7 @@ def build_embedder_files(settings: EmbeddingSettings) -> bool:
     """Convert the packaged model and build its ONNX graphs into the cache, as their first loads would: seconds
     once, a check of the build markers after that (a full load costs an ONNX session and seconds more at every
     start). The int8 graphs too on float32 ONNX: KBs may embed their passages in int8 (KbChunking.
-    passage_precision), and the retriever may embed queries in int8 (RAGKB_RETRIEVER__QUERY_INT8); neither a first
+    passage_precision), and the retriever embeds queries in one (RAGKB_RETRIEVER__QUERY_PRECISION); neither a first
     document nor a retriever's start must wait for a quantisation. False for any other model: only loading it
     fetches what it needs."""
     if settings.model != E5_MODEL_NAME:

@@ -22,9 +22,10 @@ from ragkb_models.graph_io import INPUT_NAMES, OUTPUT_NAME
 logger = logging.getLogger(__name__)
 
 # int8: every product in int8, the graph of `chunking.passage_precision: int8` and of the `onnx-int8` backend;
-# int8-mixed: int8 but for the three products that int8 moves most, the graph of `passage_precision: int8-mixed`
-# and of the retriever's int8 queries (RAGKB_RETRIEVER__QUERY_INT8). Each has its recipe (INT8_RECIPES).
-# int8-block: int8 weights and activations per block (BLOCK_INT8), the graph of `passage_precision: int8-block`.
+# int8-mixed: int8 but for the three products that int8 moves most, the graph of `passage_precision: int8-mixed`.
+# Each has its recipe (INT8_RECIPES). int8-block: int8 weights and activations per block (BLOCK_INT8), the graph
+# of `passage_precision: int8-block` (the default). The retriever embeds queries with any of them
+# (RAGKB_RETRIEVER__QUERY_PRECISION, int8-block by default).
 Precision = Literal["fp32", "int8", "int8-mixed", "int8-block"]
 ONNX_FILES: dict[Precision, str] = {
     "fp32": "onnx/model.onnx",
