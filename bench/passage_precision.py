@@ -56,28 +56,26 @@ def measure(corpus: str, documents: int, rounds: int, pool: EmbedderPool) -> lis
         for precision in precisions:
             vectors[precision], took = embed_in_calls(embedders[precision], texts)
             seconds[precision].append(took)
-    rows = []
-    for precision in precisions:
-        # Clipped at 0: float32 against itself differs from 1 in the last bit only.
-        loss = np.clip(1 - np.sum(vectors[precision] * vectors["float32"], axis=1), 0.0, None)
-        rows.append(
-            {
-                "corpus": corpus,
-                "precision": precision,
-                "chunks": len(texts),
-                "one_minus_cosine_mean": round(float(loss.mean()), 6),
-                "one_minus_cosine_max": round(float(loss.max()), 6),
-                "chunks_per_s": round(len(texts) / statistics.median(seconds[precision]), 1),
-            }
-        )
-    return rows
+    return [
+        {"corpus": corpus, "precision": precision, "chunks": len(texts)}
+        | distance_to_float32(vectors, precision)
+        | {"chunks_per_s": round(len(texts) / statistics.median(seconds[precision]), 1)}
+        for precision in precisions
+    ]
+
+
+def distance_to_float32(vectors: dict[str, NDArray[np.float32]], precision: str) -> dict[str, float]:
+    """1 − cosine of each of the precision's vectors to its float32 one: the mean and the worst."""
+    # Clipped at 0: float32 against itself differs from 1 in the last bit only.
+    loss = np.clip(1 - np.sum(vectors[precision] * vectors["float32"], axis=1), 0.0, None)
+    return {"one_minus_cosine_mean": round(float(loss.mean()), 6), "one_minus_cosine_max": round(float(loss.max()), 6)}
 
 
 def measure_queries(corpus: str, count: int, rounds: int, pool: EmbedderPool) -> list[dict[str, Any]]:
     precisions: tuple[PassagePrecision, ...] = get_args(PassagePrecision)
     embedders = {precision: pool.get(None, precision) for precision in precisions}
     questions = [row["text"] for row in read_jsonl(DATA / corpus / "queries.jsonl")][:count]
-    vectors = {precision: np.zeros((len(questions), 0), dtype=np.float32) for precision in precisions}
+    vectors: dict[str, NDArray[np.float32]] = {}
     walls: dict[str, list[float]] = {precision: [] for precision in precisions}
     for precision in precisions:  # warm-up, off the clock
         embedders[precision].embed_query(questions[0])
@@ -89,20 +87,12 @@ def measure_queries(corpus: str, count: int, rounds: int, pool: EmbedderPool) ->
                 embedded.append(embedders[precision].embed_query(question))
                 walls[precision].append((time.perf_counter() - started) * 1000)
             vectors[precision] = np.array(embedded, dtype=np.float32)
-    rows = []
-    for precision in precisions:
-        loss = np.clip(1 - np.sum(vectors[precision] * vectors["float32"], axis=1), 0.0, None)
-        rows.append(
-            {
-                "corpus": corpus,
-                "precision": precision,
-                "queries": len(questions),
-                "one_minus_cosine_mean": round(float(loss.mean()), 6),
-                "one_minus_cosine_max": round(float(loss.max()), 6),
-                "ms_per_query_p50": round(statistics.median(walls[precision]), 2),
-            }
-        )
-    return rows
+    return [
+        {"corpus": corpus, "precision": precision, "queries": len(questions)}
+        | distance_to_float32(vectors, precision)
+        | {"ms_per_query_p50": round(statistics.median(walls[precision]), 2)}
+        for precision in precisions
+    ]
 
 
 def markdown(rows: list[dict[str, Any]], query_rows: list[dict[str, Any]]) -> str:
