@@ -9,7 +9,7 @@ by the packaged e5 on one ONNX Runtime thread, a batch of one, as the retriever 
 - fp32: the float32 graph (the default);
 - int8: the passage int8 graph (`chunking.passage_precision=int8`; before issue 20 also the query int8 graph):
   every MatMul, the fused attention's Q/K/V projection and the embedding tables in int8;
-- int8-mixed: the retriever's int8 query graph (`RAGKB_RETRIEVER__QUERY_INT8`, ragkb_models.onnx_encoder.MIXED_INT8),
+- int8-mixed: the retriever's int8 query graph (`RAGKB_RETRIEVER__QUERY_PRECISION=int8-mixed`, onnx_encoder.MIXED_INT8),
   also the graph of `chunking.passage_precision=int8-mixed`;
 - int8-block: the blockwise int8 graph (ragkb_models.onnx_encoder.BLOCK_INT8), `passage_precision=int8-block` and
   `RAGKB_RETRIEVER__QUERY_PRECISION=int8-block`;

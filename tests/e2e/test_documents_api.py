@@ -283,7 +283,7 @@ def test_kbs_with_int8_passages_answer_as_their_float32_twin_does(ragkb: Running
         (hit,) = response.json()["results"]
         assert hit["text"] == text
         scores[precision] = hit["score"]
-    # The same passage, embedded by an int8 graph: its cosine to the (float32) query moves a little, no more.
+    # The same passage, embedded by an int8 graph: its cosine to the query moves a little, no more.
     for precision in ("int8", "int8-mixed", "int8-block"):
         assert scores[precision] != scores["float32"]
         assert abs(scores[precision] - scores["float32"]) < 0.01, scores

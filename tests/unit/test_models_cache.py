@@ -86,7 +86,7 @@ def test_an_int8_graph_is_stale_once_its_quantisation_recipe_changes(
     assert not file_is_complete(graph, onnx_encoder.graph_provenance(tmp_path, "int8-mixed"))
     block = tmp_path / "model_int8_block.onnx"
     build_file(block, onnx_encoder.graph_provenance(tmp_path, "int8-block"), lambda tmp: tmp.write_bytes(b"graph"))
-    monkeypatch.setattr(onnx_encoder, "BLOCK_INT8", onnx_encoder.BlockInt8Recipe(block_size=32))
+    monkeypatch.setitem(onnx_encoder.INT8_RECIPES, "int8-block", onnx_encoder.BlockInt8Recipe(block_size=32))
     assert not file_is_complete(block, onnx_encoder.graph_provenance(tmp_path, "int8-block"))
     # The float32 graph carries no recipe: a recipe change never rebuilds it.
     assert "recipe" not in onnx_encoder.graph_provenance(tmp_path, "fp32")

@@ -22,9 +22,9 @@ from ragkb_models.graph_io import INPUT_NAMES, OUTPUT_NAME
 logger = logging.getLogger(__name__)
 
 # int8: every product in int8, the graph of `chunking.passage_precision: int8` and of the `onnx-int8` backend;
-# int8-mixed: int8 but for the three products that int8 moves most, the graph of `passage_precision: int8-mixed`.
-# Each has its recipe (INT8_RECIPES). int8-block: int8 weights and activations per block (BLOCK_INT8), the graph
-# of `passage_precision: int8-block` (the default). The retriever embeds queries with any of them
+# int8-mixed: int8 but for the three products that int8 moves most, the graph of `passage_precision: int8-mixed`;
+# int8-block: int8 weights and activations per block (BLOCK_INT8), the graph of `passage_precision: int8-block`
+# (the default). Each has its recipe (INT8_RECIPES). The retriever embeds queries with any of them
 # (RAGKB_RETRIEVER__QUERY_PRECISION, int8-block by default).
 Precision = Literal["fp32", "int8", "int8-mixed", "int8-block"]
 ONNX_FILES: dict[Precision, str] = {
@@ -55,6 +55,9 @@ class Int8Recipe:
             "float_weights": list(self.float_weights),
         }
 
+    def quantize(self, source: Path, output: Path) -> None:
+        quantize_int8(source, output, self)
+
 
 # Passages: every op quantised. Existing KBs' int8 vectors were made with it: never change it.
 PASSAGE_INT8 = Int8Recipe()
@@ -65,7 +68,6 @@ PASSAGE_INT8 = Int8Recipe()
 # 0.0027 / 0.0030 on SciFact / JSQuAD chunks) at about its speed (bench/passage_precision.py; README, Benchmarks).
 # Existing KBs' int8-mixed vectors are made with it: never change it.
 MIXED_INT8 = Int8Recipe(float_weights=(r"encoder\.layer\.[045]\.output\.dense\.weight",))
-INT8_RECIPES: dict[Precision, Int8Recipe] = {"int8": PASSAGE_INT8, "int8-mixed": MIXED_INT8}
 
 
 @dataclass(frozen=True)
@@ -84,9 +86,18 @@ class BlockInt8Recipe:
     def provenance(self) -> dict[str, int]:
         return {"bits": self.bits, "block_size": self.block_size, "accuracy_level": self.accuracy_level}
 
+    def quantize(self, source: Path, output: Path) -> None:
+        quantize_block_int8(source, output, self)
+
 
 # Existing KBs' int8-block vectors are made with it: never change it.
 BLOCK_INT8 = BlockInt8Recipe()
+# How each int8 graph is made from the float32 one.
+INT8_RECIPES: dict[Precision, Int8Recipe | BlockInt8Recipe] = {
+    "int8": PASSAGE_INT8,
+    "int8-mixed": MIXED_INT8,
+    "int8-block": BLOCK_INT8,
+}
 
 
 def ensure_onnx_model(model_dir: Path, precision: Precision) -> Path:
@@ -114,8 +125,6 @@ def graph_provenance(model_dir: Path, precision: Precision) -> dict[str, Any]:
     }
     if precision in INT8_RECIPES:
         provenance["recipe"] = INT8_RECIPES[precision].provenance()
-    elif precision == "int8-block":
-        provenance["recipe"] = BLOCK_INT8.provenance()
     return provenance
 
 
@@ -130,10 +139,8 @@ def _write(model_dir: Path, fp32_source: Path | None, precision: Precision, outp
 
     if fp32_source is None:
         write_bert_onnx(model_dir, output)
-    elif precision == "int8-block":
-        quantize_block_int8(fp32_source, output, BLOCK_INT8)
     else:
-        quantize_int8(fp32_source, output, INT8_RECIPES[precision])
+        INT8_RECIPES[precision].quantize(fp32_source, output)
 
 
 def quantize_int8(source: Path, output: Path, recipe: Int8Recipe = PASSAGE_INT8) -> None:
