@@ -171,7 +171,7 @@ const ja = {
   "job.skipGate": "品質ゲートをスキップ", "job.skipGateHint": "ゲートの質問セットでスコアが下がっても切り替えます。", "job.startReindex": "再インデックスを開始",
   "settings.lead": "検索設定は次の検索から、チャンク設定はこれから取り込むドキュメントから適用されます。",
   "settings.general": "基本", "settings.chunking": "チャンク分割", "settings.chunkingLead": "これから取り込むドキュメントの分割方法（埋め込みモデルのトークン数）と埋め込み方。",
-  "settings.passage_precision": "パッセージの精度", "settings.precisionFloat32": "float32", "settings.precisionInt8": "int8（高速）", "settings.precisionInt8Mixed": "int8-mixed（高速）", "settings.precisionInt8Block": "int8-block（高速・同等の精度）",
+  "settings.passage_precision": "パッセージの精度", "settings.precisionFloat32": "float32", "settings.precisionInt8": "int8（高速）", "settings.precisionInt8Mixed": "int8-mixed（高速）", "settings.precisionInt8Block": "int8-block（高速・高精度）",
   "settings.hint.passage_precision": "int8-block（既定）は取り込みが float32 の約 1.3 倍速く、SciFact と JSQuAD で nDCG@10 の差は 0.0013 以内。int8-mixed と int8 は約 1.5 倍速いが、低下は最大 0.0033 と 0.0057。以後に取り込む文書に適用。",
   "settings.retrieval": "検索", "settings.retrievalLead": "空欄の項目は既定値に戻ります。", "settings.sync": "同期ルール",
   "settings.syncLead": "同期フォルダーのどのファイルをこのナレッジベースに含めるか。", "settings.onePerLine": "1 行に 1 つ。",
