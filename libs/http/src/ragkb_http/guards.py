@@ -8,7 +8,7 @@ an endpoint added later is born closed.
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from litestar.connection import ASGIConnection
@@ -20,7 +20,9 @@ from ragkb_core.retriever_client import SERVICE_TOKEN_HEADER
 ACCESS_OPT = "access"
 PUBLIC = "public"
 
-Guard = Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], None]
+# Async, as every guard and hook of our apps: Litestar runs a sync one in a worker thread, a hand-off that cost
+# each request more than the check itself (tests/unit/test_app_hooks.py keeps them async).
+Guard = Callable[[ASGIConnection[Any, Any, Any, Any], BaseRouteHandler], Awaitable[None]]
 
 
 def access(level: str) -> dict[str, Any]:
@@ -36,7 +38,7 @@ def service_token_guard(token: str) -> Guard:
     """Internal services only: every non-public route needs the shared token, compared in constant time."""
     expected = token.encode("utf-8")
 
-    def guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+    async def guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
         if declared_access(handler, default="service") == PUBLIC:
             return
         presented = connection.headers.get(SERVICE_TOKEN_HEADER, "").encode("utf-8")
