@@ -3,6 +3,7 @@ clock, Retry-After, expiry of idle buckets, and a per-process limit while Redis 
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 from collections.abc import Iterator
@@ -122,3 +123,48 @@ def test_a_request_worth_many_tokens_spends_them_at_once_or_nothing_and_a_large_
     with pytest.raises(TooManyRequests) as indebted:
         large.take("fresh")
     assert indebted.value.retry_after_s >= 7 * 60
+
+
+async def _spent_async(take: RateLimiter, key: str, attempts: int) -> int:
+    allowed = 0
+    for _ in range(attempts):
+        try:
+            await take.take_async(key)
+            allowed += 1
+        except TooManyRequests:
+            pass
+    return allowed
+
+
+def test_the_guards_take_on_the_event_loop_spends_the_same_budget_as_a_threads_take(database: redis.Redis) -> None:
+    kwargs = database.connection_pool.connection_kwargs
+    url = f"redis://127.0.0.1:{kwargs['port']}/{kwargs['db']}"
+    on_loop = build_rate_limiter(RateLimitSettings(requests_per_minute=1, burst=4), url)
+    in_thread = limiter(database, 1, 4)
+
+    async def scenario() -> tuple[int, int]:
+        first = await _spent_async(on_loop, "k", 2)
+        in_between = spent(in_thread, "k", 1)[0]  # the same bucket in Redis, taken the sync way
+        await on_loop.aclose()  # the loop's client closed; a later take opens another
+        after = await _spent_async(on_loop, "k", 3)
+        await on_loop.aclose()
+        return first + in_between, after
+
+    assert asyncio.run(scenario()) == (3, 1)  # a burst of 4 across both ways, then refused
+    assert float(database.hget(REDIS_KEY_PREFIX + "k", "tokens") or 0) == pytest.approx(0, abs=0.01)
+    on_loop.close()
+
+
+def test_without_redis_the_take_on_the_event_loop_limits_per_process() -> None:
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    unreachable = build_rate_limiter(RateLimitSettings(requests_per_minute=1, burst=2), f"redis://127.0.0.1:{port}/0")
+
+    async def scenario() -> int:
+        allowed = await _spent_async(unreachable, "k", 5)
+        await unreachable.aclose()
+        return allowed
+
+    assert asyncio.run(scenario()) == 2
+    unreachable.close()

@@ -48,6 +48,7 @@ from ragkb_api.knowledge_bases.consistency import ConsistencyService
 from ragkb_api.knowledge_bases.deletion import KbDeletionService
 from ragkb_api.knowledge_bases.routes import KnowledgeBaseController
 from ragkb_api.knowledge_bases.service import KnowledgeBaseService
+from ragkb_api.loop_reads import LoopReads
 from ragkb_api.pages.routes import PageController
 from ragkb_api.rate_limit import RateLimiter, build_rate_limiter
 from ragkb_api.retriever_async import AsyncRetrieverSearch
@@ -96,6 +97,7 @@ MULTIPART_OVERHEAD_BYTES = 1024 * 1024
 @dataclass(frozen=True)
 class ApiServices:
     engine: Engine
+    loop_reads: LoopReads
     sessions: sessionmaker[Session]
     queue: Celery
     retriever: RetrieverClient
@@ -134,8 +136,10 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     # Seals sources' credentials and external KBs' API keys (RAGKB_SOURCES__CREDENTIALS_KEY).
     vault = CredentialVault(settings.sources.credentials_key)
     retriever_async = AsyncRetrieverSearch(settings.retriever, settings.service_token)
-    search = SearchService(sessions, retriever, settings.limits, vault, retriever_async)
-    api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None)
+    # The key's and the KBs' reads of every search, made by the async guard and handler (ragkb_api.loop_reads).
+    loop_reads = LoopReads(engine)
+    search = SearchService(sessions, retriever, settings.limits, vault, retriever_async, reads=loop_reads)
+    api_keys = ApiKeyService(sessions, bootstrap.get_secret_value() if bootstrap else None, loop_reads)
     tools = ToolService(sessions, blobs, retriever, search)
     ingest_queue = IngestQueue(queue, DocumentLedger(sessions), settings.jobs.fair_queueing)
     documents = DocumentService(sessions, blobs, ingest_queue, retriever, limits=settings.limits, jobs=settings.jobs)
@@ -154,6 +158,7 @@ def build_services(settings: ApiSettings, limiter: RateLimiter) -> ApiServices:
     )
     return ApiServices(
         engine=engine,
+        loop_reads=loop_reads,
         sessions=sessions,
         queue=queue,
         retriever=retriever,
@@ -292,7 +297,9 @@ def create_app(settings: ApiSettings) -> Litestar:
             services.retriever.close,
             services.retriever_async.aclose,
             services.engine.dispose,
+            services.loop_reads.dispose,
             redis.close,
+            limiter.aclose,
             limiter.close,
         ],
         logging_config=None,

@@ -15,16 +15,21 @@ Redis again after a pause: a Redis outage neither lets a key through unlimited n
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from anyio.to_thread import run_sync
 from pydantic import BaseModel, Field
 from redis import Redis, RedisError
+from redis.asyncio import Redis as AsyncRedis
+from redis.commands.core import AsyncScript
 
 from ragkb_core.errors import TooManyRequests
 from ragkb_telemetry import metrics
@@ -57,7 +62,15 @@ class RateLimiter(Protocol):
         back (spending nothing)."""
         ...
 
+    async def take_async(self, key_id: str, tokens: int = 1) -> None:
+        """`take` on the event loop (the guard's), without a hand-off to a worker thread."""
+        ...
+
     def close(self) -> None: ...
+
+    async def aclose(self) -> None:
+        """What `take_async` opened on the running event loop is closed (at the app's shutdown)."""
+        ...
 
 
 def refused(wait_s: float) -> TooManyRequests:
@@ -83,7 +96,7 @@ class TokenBuckets:
         self._capacity = float(settings.burst)
         self._clock = clock
         self._buckets: dict[str, _Bucket] = {}
-        # Takes run in worker threads; a plain lock keeps each one atomic.
+        # Takes run in worker threads and on the event loop; a plain lock keeps each one atomic.
         self._lock = threading.Lock()
 
     @property
@@ -102,8 +115,15 @@ class TokenBuckets:
             wait_s = (needed - bucket.tokens) / self._rate_per_s
         raise refused(wait_s)
 
+    async def take_async(self, key_id: str, tokens: int = 1) -> None:
+        # A few arithmetic steps under a lock no take holds for longer: no need to leave the loop.
+        self.take(key_id, tokens)
+
     def close(self) -> None:
         """Nothing to release: the buckets are this process's memory."""
+
+    async def aclose(self) -> None:
+        """Nothing to release."""
 
     def _refilled(self, key_id: str) -> _Bucket:
         now = self._clock()
@@ -139,36 +159,89 @@ return string.format('%.6f', wait)
 
 
 class RedisTokenBuckets:
-    """The buckets in Redis, shared by every api process that uses the same Redis database."""
+    """The buckets in Redis, shared by every api process that uses the same Redis database. `async_redis` makes
+    the clients of `take_async` (one per event loop: an asyncio connection belongs to the loop that opened it);
+    without it, `take_async` takes in a worker thread."""
 
-    def __init__(self, settings: RateLimitSettings, redis: Redis, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        settings: RateLimitSettings,
+        redis: Redis,
+        clock: Callable[[], float] = time.monotonic,
+        async_redis: Callable[[], AsyncRedis] | None = None,
+    ) -> None:
         self._rate_per_s = settings.requests_per_minute / 60
         self._capacity = settings.burst
         self._redis = redis
         self._take = redis.register_script(_TAKE_SCRIPT)
+        self._async_redis = async_redis
+        self._async_takes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncScript] = (
+            weakref.WeakKeyDictionary()
+        )
         self._local = TokenBuckets(settings, clock)
         self._clock = clock
         self._redis_down_until = 0.0
 
     def take(self, key_id: str, tokens: int = 1) -> None:
-        if self._rate_per_s <= 0:
-            return
-        if self._clock() < self._redis_down_until:
+        if self._takes_locally():
             self._local.take(key_id, tokens)
             return
         try:
-            arguments = [self._rate_per_s, self._capacity, tokens]
-            wait_s = float(self._take(keys=[REDIS_KEY_PREFIX + key_id], args=arguments))
+            wait_s = float(self._take(keys=[REDIS_KEY_PREFIX + key_id], args=self._arguments(tokens)))
         except RedisError as exc:
-            logger.warning("rate limit: Redis did not answer (%s); limiting per process for a while", exc)
-            self._redis_down_until = self._clock() + REDIS_RETRY_AFTER_S
+            self._redis_failed(exc)
             self._local.take(key_id, tokens)
             return
-        if wait_s > 0:
-            raise refused(wait_s)
+        _refuse_if_waiting(wait_s)
+
+    async def take_async(self, key_id: str, tokens: int = 1) -> None:
+        if self._async_redis is None:
+            await run_sync(self.take, key_id, tokens)
+            return
+        if self._takes_locally():
+            self._local.take(key_id, tokens)
+            return
+        script = self._async_take(self._async_redis)
+        try:
+            answer = await script(keys=[REDIS_KEY_PREFIX + key_id], args=self._arguments(tokens))
+        except RedisError as exc:
+            self._redis_failed(exc)
+            self._local.take(key_id, tokens)
+            return
+        _refuse_if_waiting(float(answer))
 
     def close(self) -> None:
         self._redis.close()
+
+    async def aclose(self) -> None:
+        take = self._async_takes.pop(asyncio.get_running_loop(), None)
+        if take is not None and take.registered_client is not None:
+            await take.registered_client.aclose()
+
+    def _takes_locally(self) -> bool:
+        """With the limit off (the local buckets then take nothing), or for a while after Redis failed."""
+        return self._rate_per_s <= 0 or self._clock() < self._redis_down_until
+
+    def _arguments(self, tokens: int) -> list[float | int]:
+        return [self._rate_per_s, self._capacity, tokens]
+
+    def _async_take(self, async_redis: Callable[[], AsyncRedis]) -> AsyncScript:
+        """The take script on the running loop's client (made at the loop's first take)."""
+        loop = asyncio.get_running_loop()
+        take = self._async_takes.get(loop)
+        if take is None:
+            take = async_redis().register_script(_TAKE_SCRIPT)
+            self._async_takes[loop] = take
+        return take
+
+    def _redis_failed(self, exc: RedisError) -> None:
+        logger.warning("rate limit: Redis did not answer (%s); limiting per process for a while", exc)
+        self._redis_down_until = self._clock() + REDIS_RETRY_AFTER_S
+
+
+def _refuse_if_waiting(wait_s: float) -> None:
+    if wait_s > 0:
+        raise refused(wait_s)
 
 
 def build_rate_limiter(settings: RateLimitSettings, redis_url: str) -> RateLimiter:
@@ -176,4 +249,8 @@ def build_rate_limiter(settings: RateLimitSettings, redis_url: str) -> RateLimit
     if settings.store == "memory":
         return TokenBuckets(settings)
     redis = Redis.from_url(redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
-    return RedisTokenBuckets(settings, redis)
+
+    def async_redis() -> AsyncRedis:
+        return AsyncRedis.from_url(redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
+
+    return RedisTokenBuckets(settings, redis, async_redis=async_redis)

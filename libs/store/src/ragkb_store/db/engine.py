@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
 from functools import partial
@@ -13,6 +14,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, event, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.settings import DatabaseSettings
@@ -62,6 +64,36 @@ def _sqlite_pragmas(dbapi_connection: object, _record: object, *, synchronous: s
     cursor.execute("PRAGMA foreign_keys=ON")
     cursor.execute("PRAGMA busy_timeout=30000")
     cursor.close()
+
+
+def lock_free_sqlite_reader(engine: Engine) -> Engine | None:
+    """A second engine on `engine`'s SQLite file whose connections only read and never wait for a lock; None for
+    any other database, or a SQLite one that another connection could not share (in memory, a URI).
+
+    For reads made on an event loop (ragkb_api.loop_reads): in WAL mode a reader does not wait for writers, and
+    where it would have to (a connection holding the file exclusively, as a restore may) this engine's read
+    fails at once with "database is locked" (`waits_for_a_lock`) instead of blocking for the busy timeout."""
+    url = engine.url
+    database = url.database or ""
+    if url.get_backend_name() != "sqlite" or database in {"", ":memory:"} or database.startswith("file:"):
+        return None
+    reader = _create_engine(url, echo=engine.echo, connect_args={"timeout": 0})
+    event.listen(reader, "connect", _read_only_pragmas)
+    return reader
+
+
+def _read_only_pragmas(dbapi_connection: object, _record: object) -> None:
+    cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
+    cursor.execute("PRAGMA busy_timeout=0")
+    cursor.execute("PRAGMA query_only=ON")
+    cursor.close()
+
+
+def waits_for_a_lock(error: OperationalError) -> bool:
+    """Whether SQLite refused a statement because another connection holds a lock it would have waited for."""
+    code = getattr(error.orig, "sqlite_errorcode", None)
+    # The low byte: an extended code (SQLITE_BUSY_RECOVERY, SQLITE_BUSY_SNAPSHOT, …) is a kind of its primary one.
+    return isinstance(code, int) and code & 0xFF in {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 
 
 def database_answers(engine: Engine) -> bool:

@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller, SearchRestriction, generate_key, hash_key, hashes_match, key_prefix
 from ragkb_api.keys.schemas import ApiKeyCreate, ApiKeyCreated, ApiKeyOut, ApiKeyPatch, KeySearchFilter
+from ragkb_api.loop_reads import LoopReads
 from ragkb_api.paging import Page, PageRequest
 from ragkb_core.errors import InvalidInput, NotFound, Unauthorized
 from ragkb_core.ids import new_id
@@ -31,22 +32,38 @@ _LIVE_KEY_BY_PREFIX = select(_KEYS.id, _KEYS.role, _KEYS.key_hash, _KEYS.grants,
 class ApiKeyService:
     """Issues, lists, changes and revokes API keys, and resolves a presented key to its caller."""
 
-    def __init__(self, sessions: sessionmaker[Session], bootstrap_admin_key: str | None) -> None:
+    def __init__(
+        self, sessions: sessionmaker[Session], bootstrap_admin_key: str | None, reads: LoopReads | None = None
+    ) -> None:
         self._sessions = sessions
         self._engine = engine_of(sessions)
+        # The async guard's read of the key (no thread hand-off on SQLite).
+        self._reads = reads or LoopReads(self._engine)
         # Kept hashed in memory only, and compared like any other key.
         self._bootstrap_hash = hash_key(bootstrap_admin_key) if bootstrap_admin_key else None
 
     def authenticate(self, presented: str | None) -> Caller:
-        if presented is None:
-            raise Unauthorized("send an API key: `Authorization: Bearer <key>`")
+        """The caller of a presented key, for a sync caller (it reads the database in this thread)."""
+        plaintext = _required(presented)
+        bootstrap = self._bootstrap_caller(plaintext)
+        if bootstrap is not None:
+            return bootstrap
+        return _caller_of_live(self._find_live(plaintext))
+
+    async def authenticate_async(self, presented: str | None) -> Caller:
+        """`authenticate` on the event loop: the key's read through LoopReads."""
+        plaintext = _required(presented)
+        bootstrap = self._bootstrap_caller(plaintext)
+        if bootstrap is not None:
+            return bootstrap
+        prefix = key_prefix(plaintext)
+        rows = await self._reads.rows(_LIVE_KEY_BY_PREFIX, {"prefix": prefix}) if prefix is not None else []
+        return _caller_of_live(_matching(plaintext, rows[0] if rows else None))
+
+    def _bootstrap_caller(self, presented: str) -> Caller | None:
         if self._bootstrap_hash is not None and hashes_match(presented, self._bootstrap_hash):
             return Caller(key_id=BOOTSTRAP_KEY_ID, role="admin")
-        key = self._find_live(presented)
-        if key is None:
-            # One answer for malformed, unknown and revoked keys: nothing to learn by trying.
-            raise Unauthorized("the API key is not valid")
-        return _caller_of_row(key)
+        return None
 
     def create(self, data: ApiKeyCreate) -> ApiKeyCreated:
         new = generate_key()
@@ -101,9 +118,27 @@ class ApiKeyService:
             return None
         with self._engine.connect() as connection:
             key = connection.execute(_LIVE_KEY_BY_PREFIX, {"prefix": prefix}).one_or_none()
-        if key is None or not hashes_match(presented, key.key_hash):
-            return None
-        return key
+        return _matching(presented, key)
+
+
+def _required(presented: str | None) -> str:
+    if presented is None:
+        raise Unauthorized("send an API key: `Authorization: Bearer <key>`")
+    return presented
+
+
+def _matching(presented: str, key: KeyRow | None) -> KeyRow | None:
+    """The live key row found by the presented key's prefix, if the whole key matches its hash."""
+    if key is None or not hashes_match(presented, key.key_hash):
+        return None
+    return key
+
+
+def _caller_of_live(key: KeyRow | None) -> Caller:
+    if key is None:
+        # One answer for malformed, unknown and revoked keys: nothing to learn by trying.
+        raise Unauthorized("the API key is not valid")
+    return _caller_of_row(key)
 
 
 def _check_key_fields(

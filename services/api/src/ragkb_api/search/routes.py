@@ -40,9 +40,10 @@ class SearchController(Controller):
         # The body is the retriever's JSON passed on (SearchService.search_json); this is its shape.
         responses={200: ResponseSpec(data_container=SearchResponse, description="Passages, best first")},
     )
-    # Async: the handler itself costs no thread hand-off; the KB read takes one, the retriever's call none. The
-    # caller is read from the request, not declared as a second dependency: Litestar resolves two dependencies
-    # in a task group of their own, which cost each search more than both lookups.
+    # Async: neither the handler, nor the KBs' read on SQLite (ragkb_api.loop_reads), nor the retriever's call
+    # hands off to a worker thread. The caller is read from the request, not declared as a second dependency:
+    # Litestar resolves two dependencies in a task group of their own, which cost each search more than both
+    # lookups.
     async def search(
         self, data: SearchRequest, search_service: SearchService, request: Request[Any, Any, Any]
     ) -> Response[bytes]:

@@ -7,13 +7,13 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any, Literal
 
-from anyio.to_thread import run_sync
 from pydantic import SecretStr
 from sqlalchemy import Text, bindparam, cast, select
 from sqlalchemy.engine import Row
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_api.access import Caller, search_scope
+from ragkb_api.loop_reads import LoopReads
 from ragkb_api.retriever_async import AsyncRetrieverSearch
 from ragkb_api.search.schemas import (
     AnalyzeRequest,
@@ -82,9 +82,13 @@ class SearchService:
         limits: LimitSettings,
         vault: CredentialVault | None = None,
         retriever_async: AsyncRetrieverSearch | None = None,
+        *,
+        reads: LoopReads | None = None,
     ) -> None:
         self._sessions = sessions
         self._engine = engine_of(sessions)
+        # The async search's read of its KBs (no thread hand-off on SQLite).
+        self._reads = reads or LoopReads(self._engine)
         self._retriever = retriever
         # The async handler's way to the retriever (the composition root gives one; tests of the sync paths may not).
         self._retriever_async = retriever_async
@@ -108,21 +112,27 @@ class SearchService:
     async def search_json_async(
         self, request: SearchRequest, caller: Caller, timings: StageTimings | None = None
     ) -> bytes:
-        """`search_json` for an async handler: the database read in one worker thread, the call to the retriever
-        on the event loop (ragkb_api.retriever_async says why not httpx)."""
+        """`search_json` for an async handler: the KBs' read through LoopReads, the call to the retriever on the
+        event loop (ragkb_api.retriever_async says why not httpx)."""
         if self._retriever_async is None:
             raise RuntimeError("this SearchService was built without an async retriever client")
         timings = timings if timings is not None else StageTimings()
         with timings.stage("kbs"):
-            query_json = await run_sync(self.search_query_json, request, caller)
+            self._check_query(request.query)
+            kb_ids = list(dict.fromkeys(request.knowledge_base_ids))
+            rows = await self._reads.rows(_SEARCHABLE_KBS, {"ids": caller.readable(kb_ids)})
+            query_json = self._request_query(request, self._kbs_of_rows(kb_ids, rows), caller).model_dump_json()
         with timings.stage("retriever"):
-            answer = await self._retriever_async.search_json(query_json)
+            answer = await self._retriever_async.search_json(query_json.encode())
         return with_query(answer, request.query)
 
     def search_query(self, request: SearchRequest, caller: Caller) -> SearchQuery:
         """What the retriever is asked: the readable KBs (read now, never cached) with the request's settings."""
         self._check_query(request.query)
         kbs = self._searchable_kbs(list(dict.fromkeys(request.knowledge_base_ids)), caller)
+        return self._request_query(request, kbs, caller)
+
+    def _request_query(self, request: SearchRequest, kbs: list[KbSearch], caller: Caller) -> SearchQuery:
         return self._query(
             request.query,
             kbs,
@@ -133,9 +143,6 @@ class SearchService:
             explain=request.explain,
             collapse=request.collapse,
         )
-
-    def search_query_json(self, request: SearchRequest, caller: Caller) -> bytes:
-        return self.search_query(request, caller).model_dump_json().encode()
 
     def _retriever_json(self, query: SearchQuery) -> bytes:
         """The retriever's answer for a sync caller. In a sync handler's worker thread (tools, /v1/context, MCP,
@@ -182,9 +189,13 @@ class SearchService:
         """`require_readable_kbs` and `_kb_searches` in one database read: the KBs as they are searched."""
         readable = caller.readable(kb_ids)
         with self._engine.connect() as connection:
-            rows = {row.id: row for row in connection.execute(_SEARCHABLE_KBS, {"ids": readable})}
-        _require_searchable(kb_ids, {kb_id: row.deletion_job_id for kb_id, row in rows.items()})
-        return [self._kb_search(rows[kb_id]) for kb_id in kb_ids]
+            return self._kbs_of_rows(kb_ids, connection.execute(_SEARCHABLE_KBS, {"ids": readable}).all())
+
+    def _kbs_of_rows(self, kb_ids: list[str], rows: Sequence[KbRow]) -> list[KbSearch]:
+        """The `_SEARCHABLE_KBS` rows read for `kb_ids`, as searched, once every one was found and searchable."""
+        by_id = {row.id: row for row in rows}
+        _require_searchable(kb_ids, {kb_id: row.deletion_job_id for kb_id, row in by_id.items()})
+        return [self._kb_search(by_id[kb_id]) for kb_id in kb_ids]
 
     def _check_query(self, query: str) -> None:
         if len(query) > self._limits.max_query_chars:
