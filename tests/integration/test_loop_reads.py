@@ -70,7 +70,7 @@ def test_on_sqlite_a_read_runs_on_the_loops_own_thread(sqlite_file: Path, readin
 def test_a_locked_sqlite_file_sends_the_read_to_a_thread_and_the_loop_keeps_serving(
     sqlite_file: Path, reading_threads: list[int]
 ) -> None:
-    # A connection that holds the file exclusively, as a restore may: WAL readers cannot read past it.
+    # A connection that holds the file exclusively (as a maintenance tool may): WAL readers cannot read past it.
     holder = sqlite3.connect(sqlite_file, isolation_level=None, check_same_thread=False)
     holder.execute("PRAGMA locking_mode=EXCLUSIVE")
     holder.execute("BEGIN EXCLUSIVE")

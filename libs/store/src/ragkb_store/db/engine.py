@@ -71,8 +71,9 @@ def lock_free_sqlite_reader(engine: Engine) -> Engine | None:
     any other database, or a SQLite one that another connection could not share (in memory, a URI).
 
     For reads made on an event loop (ragkb_api.loop_reads): in WAL mode a reader does not wait for writers, and
-    where it would have to (a connection holding the file exclusively, as a restore may) this engine's read
-    fails at once with "database is locked" (`waits_for_a_lock`) instead of blocking for the busy timeout."""
+    where it would have to (a connection holding the file exclusively, `PRAGMA locking_mode=EXCLUSIVE`, as a
+    maintenance tool may) this engine's read fails at once with "database is locked" (`waits_for_a_lock`)
+    instead of blocking for the busy timeout."""
     url = engine.url
     database = url.database or ""
     if url.get_backend_name() != "sqlite" or database in {"", ":memory:"} or database.startswith("file:"):
