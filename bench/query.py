@@ -43,6 +43,7 @@ from typing import Any
 import httpx
 import scale
 from common import DATA, QUERY_CACHE_ENV, REPO, percentile, read_jsonl, save_result, settings_of
+from profile_search import server_timing
 
 from ragkb_cli.stack import StackAddress, private_stack
 
@@ -74,14 +75,18 @@ class Samples:
     http_ms: list[float] = field(default_factory=list)
     took_ms: list[float] = field(default_factory=list)
     stages: dict[str, list[float]] = field(default_factory=dict)
+    # The api's own stages from its Server-Timing header (auth, kbs, retriever, total).
+    api_stages: dict[str, list[float]] = field(default_factory=dict)
     reranked: int = 0
     degraded: int = 0
 
-    def add(self, http_ms: float, body: dict[str, Any]) -> None:
+    def add(self, http_ms: float, body: dict[str, Any], api_stages: dict[str, float] | None = None) -> None:
         self.http_ms.append(http_ms)
         self.took_ms.append(body["took_ms"])
         for stage, ms in (body.get("timings_ms") or {}).items():
             self.stages.setdefault(stage, []).append(ms)
+        for stage, ms in (api_stages or {}).items():
+            self.api_stages.setdefault(stage, []).append(ms)
         self.reranked += bool(body.get("reranked"))
         self.degraded += bool(body.get("degraded"))
 
@@ -119,14 +124,15 @@ def _rerank_overrides_field(openapi: dict[str, Any]) -> str | None:
     return None
 
 
-def timed_search(http: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any]]:
+def timed_search(http: httpx.Client, body: dict[str, Any]) -> tuple[float, dict[str, Any], dict[str, float]]:
+    """Milliseconds over HTTP, the answer, and the api's stages from its Server-Timing header."""
     started = time.perf_counter()
     response = http.post("/v1/search", json=body)
     elapsed = (time.perf_counter() - started) * 1000
     if response.status_code != 200:
         raise SystemExit(f"search answered {response.status_code}: {response.text[:500]}")
     answer: dict[str, Any] = response.json()
-    return elapsed, answer
+    return elapsed, answer, server_timing(response.headers.get("server-timing"))
 
 
 def probe_search(http: httpx.Client, body: dict[str, Any]) -> float | None:
@@ -196,6 +202,7 @@ def summary(samples: Samples) -> dict[str, Any]:
         "took_ms": quantiles(samples.took_ms),
         # A stage that took 0 ms in every request did not run (the server reports every stage).
         "stages_ms": {stage: quantiles(values) for stage, values in samples.stages.items() if any(values)},
+        "api_stages_ms": {stage: quantiles(values) for stage, values in samples.api_stages.items()},
         "reranked": samples.reranked,
         "degraded": samples.degraded,
     }
