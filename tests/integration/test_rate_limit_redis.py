@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 import redis
+from redis.asyncio import Redis as AsyncRedis
 
 from ragkb_api.rate_limit import (
     REDIS_KEY_PREFIX,
@@ -33,7 +34,12 @@ def database() -> Iterator[redis.Redis]:
 def limiter(database: redis.Redis, per_minute: int, burst: int) -> RedisTokenBuckets:
     kwargs = database.connection_pool.connection_kwargs
     connection = redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs["db"])
-    return RedisTokenBuckets(RateLimitSettings(requests_per_minute=per_minute, burst=burst), connection)
+
+    def async_connection() -> AsyncRedis:
+        return AsyncRedis(host=kwargs["host"], port=kwargs["port"], db=kwargs["db"])
+
+    settings = RateLimitSettings(requests_per_minute=per_minute, burst=burst)
+    return RedisTokenBuckets(settings, connection, async_connection)
 
 
 def spent(take: RateLimiter, key: str, attempts: int) -> tuple[int, list[TooManyRequests]]:

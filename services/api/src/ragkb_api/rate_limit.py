@@ -25,7 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from anyio.to_thread import run_sync
 from pydantic import BaseModel, Field
 from redis import Redis, RedisError
 from redis.asyncio import Redis as AsyncRedis
@@ -160,15 +159,14 @@ return string.format('%.6f', wait)
 
 class RedisTokenBuckets:
     """The buckets in Redis, shared by every api process that uses the same Redis database. `async_redis` makes
-    the clients of `take_async` (one per event loop: an asyncio connection belongs to the loop that opened it);
-    without it, `take_async` takes in a worker thread."""
+    the clients of `take_async` (one per event loop: an asyncio connection belongs to the loop that opened it)."""
 
     def __init__(
         self,
         settings: RateLimitSettings,
         redis: Redis,
+        async_redis: Callable[[], AsyncRedis],
         clock: Callable[[], float] = time.monotonic,
-        async_redis: Callable[[], AsyncRedis] | None = None,
     ) -> None:
         self._rate_per_s = settings.requests_per_minute / 60
         self._capacity = settings.burst
@@ -195,13 +193,10 @@ class RedisTokenBuckets:
         _refuse_if_waiting(wait_s)
 
     async def take_async(self, key_id: str, tokens: int = 1) -> None:
-        if self._async_redis is None:
-            await run_sync(self.take, key_id, tokens)
-            return
         if self._takes_locally():
             self._local.take(key_id, tokens)
             return
-        script = self._async_take(self._async_redis)
+        script = self._async_take()
         try:
             answer = await script(keys=[REDIS_KEY_PREFIX + key_id], args=self._arguments(tokens))
         except RedisError as exc:
@@ -225,12 +220,12 @@ class RedisTokenBuckets:
     def _arguments(self, tokens: int) -> list[float | int]:
         return [self._rate_per_s, self._capacity, tokens]
 
-    def _async_take(self, async_redis: Callable[[], AsyncRedis]) -> AsyncScript:
+    def _async_take(self) -> AsyncScript:
         """The take script on the running loop's client (made at the loop's first take)."""
         loop = asyncio.get_running_loop()
         take = self._async_takes.get(loop)
         if take is None:
-            take = async_redis().register_script(_TAKE_SCRIPT)
+            take = self._async_redis().register_script(_TAKE_SCRIPT)
             self._async_takes[loop] = take
         return take
 
@@ -253,4 +248,4 @@ def build_rate_limiter(settings: RateLimitSettings, redis_url: str) -> RateLimit
     def async_redis() -> AsyncRedis:
         return AsyncRedis.from_url(redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
 
-    return RedisTokenBuckets(settings, redis, async_redis=async_redis)
+    return RedisTokenBuckets(settings, redis, async_redis)

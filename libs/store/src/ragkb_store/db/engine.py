@@ -78,6 +78,7 @@ def lock_free_sqlite_reader(engine: Engine) -> Engine | None:
     database = url.database or ""
     if url.get_backend_name() != "sqlite" or database in {"", ":memory:"} or database.startswith("file:"):
         return None
+    # timeout 0: sqlite3's busy timeout, so a lock another connection holds is refused at once.
     reader = _create_engine(url, echo=engine.echo, connect_args={"timeout": 0})
     event.listen(reader, "connect", _read_only_pragmas)
     return reader
@@ -85,7 +86,6 @@ def lock_free_sqlite_reader(engine: Engine) -> Engine | None:
 
 def _read_only_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor = dbapi_connection.cursor()  # type: ignore[attr-defined]
-    cursor.execute("PRAGMA busy_timeout=0")
     cursor.execute("PRAGMA query_only=ON")
     cursor.close()
 
