@@ -60,7 +60,7 @@ const en = {
   "job.skipGate": "Skip the quality gate", "job.skipGateHint": "Switch even if the gate's question set scores lower.", "job.startReindex": "Start re-index",
   "settings.lead": "Changes apply to the next search (retrieval) or the next ingested document (chunking).",
   "settings.general": "General", "settings.chunking": "Chunking", "settings.chunkingLead": "How documents ingested from now on are cut (tokens of the embedding model) and embedded.",
-  "settings.passage_precision": "Passage precision", "settings.precisionFloat32": "float32", "settings.precisionInt8": "int8 (faster)", "settings.precisionInt8Mixed": "int8-mixed (faster)", "settings.precisionInt8Block": "int8-block (faster, as exact)",
+  "settings.passage_precision": "Passage precision", "settings.precisionFloat32": "float32", "settings.precisionInt8": "int8 (faster)", "settings.precisionInt8Mixed": "int8-mixed (faster)", "settings.precisionInt8Block": "int8-block (fast, exact)",
   "settings.hint.passage_precision": "int8-block (the default) embeds about 1.3× as fast as float32, and its nDCG@10 on SciFact and JSQuAD stayed within 0.0013 of float32's; int8-mixed and int8 ingest about 1.5× as fast but lost up to 0.0033 and 0.0057. Applies to documents ingested afterwards.",
   "settings.retrieval": "Retrieval", "settings.retrievalLead": "Empty fields go back to the defaults.", "settings.sync": "Sync rules",
   "settings.syncLead": "Which files of a synced folder belong in this knowledge base.", "settings.onePerLine": "One per line.",
