@@ -162,10 +162,16 @@ def send_block(pool: ThreadPoolExecutor, one: Side, block: list[str], mode: str,
 def summary(one: Side, mode: str) -> dict[str, Any]:
     http, took = one.http_ms[mode], one.took_ms[mode]
     requests = sum(len(values) for values in one.http_ms.values())
+    # The api's wait for the retriever beyond the retriever's own took_ms, per request: the hop (the api's client,
+    # both directions on the wire, the retriever's HTTP server and handler around its search).
+    waited = one.api.get(mode, {}).get("retriever", [])
     return {
         "http_ms": quantiles(http),
         "took_ms": quantiles(took),
         "api_layer_ms": quantiles([h - t for h, t in zip(http, took, strict=True)]),
+        "retriever_hop_ms": quantiles([w - t for w, t in zip(waited, took, strict=True)])
+        if len(waited) == len(took)
+        else quantiles([0.0]),
         "queries_per_s": round(len(http) / one.busy_s[mode], 1),
         "api_stages_p50": {name: q(values, 50) for name, values in one.api.get(mode, {}).items()},
         "retriever_stages_p50": {name: q(values, 50) for name, values in one.stages.get(mode, {}).items()},
@@ -205,7 +211,7 @@ def compare(baseline: Side, candidate: Side) -> dict[str, Any]:
             candidate.name: b,
             "ratio_p50": {
                 key: round(b[key]["p50"] / a[key]["p50"], 2) if a[key]["p50"] else None
-                for key in ("http_ms", "took_ms", "api_layer_ms")
+                for key in ("http_ms", "took_ms", "api_layer_ms", "retriever_hop_ms")
             },
             "queries_per_s": {baseline.name: a["queries_per_s"], candidate.name: b["queries_per_s"]},
             "identical_answers": sum(identical(x, y) for x, y in pairs),
@@ -232,7 +238,9 @@ def markdown(result: dict[str, Any]) -> str:
             f"| ms | {names[0]} p50 / p95 / p99 | {names[1]} p50 / p95 / p99 | p50 ratio |",
             "|---|---|---|---|",
         ]
-        for key in ("http_ms", "took_ms", "api_layer_ms"):
+        for key in ("http_ms", "took_ms", "api_layer_ms", "retriever_hop_ms"):
+            if key not in figures[names[0]] or key not in figures[names[1]]:
+                continue
             a, b = figures[names[0]][key], figures[names[1]][key]
             lines.append(
                 f"| {key} | {a['p50']} / {a['p95']} / {a['p99']} | {b['p50']} / {b['p95']} / {b['p99']} | "

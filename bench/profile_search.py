@@ -1,14 +1,14 @@
 """Where one search spends its time: a stage table and flame graphs of the api and the retriever.
 
-    python bench/profile_search.py [--points 10000] [--queries 300] [--top-k 10 100] [--label before]
+    python bench/profile_search.py [--points 10000] [--queries 300] [--top-k 10 100] [--mode keyword] [--label before]
     (needs py-spy in the venv: .venv/bin/pip install py-spy; as root, or with ptrace allowed)
 
 Starts a private stack (ragkb_cli.stack) with the retriever's query-vector cache off (each --top-k asks the same
 questions: a cached vector would hide the embedding), writes a KB of --points chunks with bench/scale.py (real SciFact
 text and e5 vectors, scaled up), waits until its index has optimised, then for each --top-k sends --queries hybrid
-searches one after the other through the public `POST /v1/search` while py-spy samples both services (`py-spy record
---format raw`, 250 samples/s, idle threads left out, so a sample is a thread on a CPU or waiting to get one). Each
-sample is given to a stage by the innermost frame that one of STAGE_RULES names.
+searches (or --mode ones) one after the other through the public `POST /v1/search` while py-spy samples both
+services (`py-spy record --format raw`, 250 samples/s, idle threads left out, so a sample is a thread on a CPU or
+waiting to get one). Each sample is given to a stage by the innermost frame that one of STAGE_RULES names.
 
 Three views of the same requests, all in bench/results/profile-search[-LABEL].{json,md} and flame graphs
 profile-search[-LABEL]-{api,retriever}-top{K}.svg:
@@ -112,20 +112,20 @@ def server_timing(header: str | None) -> dict[str, float]:
     return timings
 
 
-def search_body(kb_id: str, query: str, top_k: int) -> dict[str, Any]:
+def search_body(kb_id: str, query: str, top_k: int, mode: str = "hybrid") -> dict[str, Any]:
     return {
         "query": query,
         "knowledge_base_ids": [kb_id],
-        "mode": "hybrid",
+        "mode": mode,
         "settings": {"top_k": top_k, "max_blocks": top_k, "rerank": False},
     }
 
 
-def run_searches(http: httpx.Client, kb_id: str, queries: list[str], top_k: int) -> Wall:
+def run_searches(http: httpx.Client, kb_id: str, queries: list[str], top_k: int, mode: str) -> Wall:
     wall = Wall()
     for query in queries:
         started = time.perf_counter()
-        response = http.post("/v1/search", json=search_body(kb_id, query, top_k))
+        response = http.post("/v1/search", json=search_body(kb_id, query, top_k, mode))
         elapsed = (time.perf_counter() - started) * 1000
         response.raise_for_status()
         body = response.json()
@@ -272,13 +272,13 @@ def profile(
     with httpx.Client(
         base_url=stack.api_url, timeout=120, headers={"Authorization": f"Bearer {stack.admin_key}"}
     ) as http:
-        run_searches(http, kb_id, queries[:WARM_UP], top_k)
+        run_searches(http, kb_id, queries[:WARM_UP], top_k, args.mode)
         prefix = RESULTS / f"profile-search{'-' + args.label if args.label else ''}-top{top_k}"
         RESULTS.mkdir(parents=True, exist_ok=True)
         cpu_before = {service: cpu_seconds(pid) for service, pid in pids.items()}
         with sampled(pids, prefix) as raw_files:
             started = time.perf_counter()
-            wall = run_searches(http, kb_id, queries[WARM_UP : WARM_UP + args.queries], top_k)
+            wall = run_searches(http, kb_id, queries[WARM_UP : WARM_UP + args.queries], top_k, args.mode)
             seconds = time.perf_counter() - started
         cpu_ms = {
             service: round((cpu_seconds(pid) - cpu_before[service]) * 1000 / len(wall.http_ms), 2)
@@ -295,7 +295,7 @@ def profile(
             "stages": stage_table(counts, requests),
             "raw_stacks": str(raw.relative_to(REPO)),
         }
-        flame_graph(raw, raw.with_suffix(".svg"), f"{service}, hybrid top_k {top_k}, {requests} searches")
+        flame_graph(raw, raw.with_suffix(".svg"), f"{service}, {args.mode} top_k {top_k}, {requests} searches")
     api_total = wall.api.get("total", [])
     return {
         "top_k": top_k,
@@ -325,7 +325,7 @@ def profile(
 
 def markdown(result: dict[str, Any]) -> str:
     lines = [
-        f"Profile of hybrid searches over HTTP, one client, {result['points']:,} chunks "
+        f"Profile of {result.get('mode', 'hybrid')} searches over HTTP, one client, {result['points']:,} chunks "
         f"({result['label'] or 'no label'}); load average at the start {result['load_average']}.",
     ]
     for run in result["runs"]:
@@ -353,6 +353,7 @@ def main() -> None:
     parser.add_argument("--base", type=int, default=1000, help="real passages the corpus is scaled up from")
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--top-k", type=int, nargs="+", default=[10, 100])
+    parser.add_argument("--mode", choices=["hybrid", "keyword", "semantic"], default="hybrid")
     parser.add_argument("--label", default="")
     parser.add_argument(
         "--restage", action="store_true", help="only give the samples of the run --label to stages again (new rules)"
@@ -380,7 +381,7 @@ def main() -> None:
             body = search_body(kb_id, queries[0], 10)
             scale.wait_until_optimized(lambda: _probe(http, body), 10.0)
         runs = [profile(stack, kb_id, queries, top_k, args) for top_k in args.top_k]
-    result = {"points": args.points, "label": args.label, "load_average": load, "runs": runs}
+    result = {"points": args.points, "mode": args.mode, "label": args.label, "load_average": load, "runs": runs}
     save_result(f"profile-search-{args.label}" if args.label else "profile-search", result, markdown(result))
 
 
@@ -394,9 +395,8 @@ def restage(label: str) -> None:
             counts = stage_samples(raw, STAGE_RULES[service])
             figures["samples"] = sum(counts.values())
             figures["stages"] = stage_table(counts, run["requests"])
-            flame_graph(
-                raw, raw.with_suffix(".svg"), f"{service}, hybrid top_k {run['top_k']}, {run['requests']} searches"
-            )
+            title = f"{service}, {result.get('mode', 'hybrid')} top_k {run['top_k']}, {run['requests']} searches"
+            flame_graph(raw, raw.with_suffix(".svg"), title)
     result = {key: value for key, value in result.items() if key not in ("machine", "at")} | {"restaged": True}
     save_result(name, result, markdown(result))
 

@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, TypeVar
 from urllib.parse import unquote_plus
 
 from litestar import Request
-from litestar.exceptions import SerializationException
+from litestar.exceptions import SerializationException, ValidationException
+from pydantic import BaseModel
+from pydantic import ValidationError as ModelValidationError
 
 from ragkb_core.errors import InvalidInput, UnsupportedMediaType
 
 NUL = "\x00"
 T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+# A NUL inside a JSON string is the escape `\u0000` (a raw control character is not JSON): one not itself escaped,
+# i.e. after an even number of backslashes (`\\u0000` is a backslash and the text "u0000").
+_ESCAPED_NUL = re.compile(rb"(?<!\\)(?:\\\\)*\\u0000")
+# pydantic's error types for a body that is not JSON at all, or nests past its parser's limit.
+_NOT_JSON = frozenset({"json_invalid", "recursion_loop"})
 
 
 class NulInText(InvalidInput):
@@ -56,16 +65,48 @@ class JsonBodyRequest(Request[Any, Any, Any]):
     lets the decoder's RecursionError on `[[[[…` through as a 500) or when any text in it holds a NUL."""
 
     async def json(self) -> Any:
-        media_type = self.content_type[0]
-        if media_type and media_type != "application/json" and not media_type.endswith("+json"):
-            raise UnsupportedMediaType(
-                f"send the body as application/json, not {media_type}", supported_media_types=["application/json"]
-            )
+        self._require_json()
         try:
             value = await super().json()
         except (SerializationException, RecursionError) as exc:
             raise InvalidInput("the body is not valid JSON") from exc
         return refuse_nul(value)
+
+    async def model(self, model_type: type[M]) -> M:
+        """The body as `model_type`, validated from its bytes by pydantic's own JSON parser, with the answers a
+        handler's `data: Model` gives (415, 422 for what is not JSON, holds a NUL or does not validate, with the
+        same `errors`). Litestar decodes a `data` body to Python objects first and validates those after, which
+        cost the retriever's search route ~0.1 ms more (a one-off check: the route behind uvicorn with a stand-in
+        search service, 2026-12-07)."""
+        self._require_json()
+        body = await self.body()
+        if _ESCAPED_NUL.search(body):
+            raise NulInText()
+        try:
+            return model_type.model_validate_json(body)
+        except ModelValidationError as exc:
+            errors = exc.errors(include_url=False, include_context=False, include_input=False)
+            if any(error["type"] in _NOT_JSON for error in errors):
+                raise InvalidInput("the body is not valid JSON") from exc
+            raise ValidationException(
+                detail=f"Validation failed for {self.method} {self.url.path}",
+                extra=[_error_message(error) for error in errors],
+            ) from exc
+
+    def _require_json(self) -> None:
+        media_type = self.content_type[0]
+        if media_type and media_type != "application/json" and not media_type.endswith("+json"):
+            raise UnsupportedMediaType(
+                f"send the body as application/json, not {media_type}", supported_media_types=["application/json"]
+            )
+
+
+def _error_message(error: Any) -> dict[str, str]:
+    """One pydantic error as Litestar words a body's: its message, and the dotted path of the field."""
+    message = {"message": str(error["msg"])}
+    if error["loc"]:
+        message["key"] = ".".join(str(part) for part in error["loc"])
+    return message
 
 
 def refuse_nul_in_url(request: Request[Any, Any, Any]) -> None:

@@ -22,6 +22,7 @@ from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.query_vectors import QueryVectorCache
 from ragkb_retriever.reranking import RerankerPool
 from ragkb_retriever.routes import IndexController, SearchController, analyze, internal_ready, legs, probe_external
+from ragkb_retriever.search_runner import SearchRunner
 from ragkb_retriever.searching import SearchService
 from ragkb_retriever.settings import RetrieverSettings, query_embedding_settings
 from ragkb_telemetry.exposition import scrape_registry
@@ -42,6 +43,7 @@ class RetrieverServices:
     index: VectorIndex
     indexing: IndexService
     search: SearchService
+    search_runner: SearchRunner
     external: ExternalSearch
     embedders: EmbedderPool
 
@@ -66,18 +68,20 @@ def build_services(settings: RetrieverSettings) -> RetrieverServices:
     threading.Thread(target=_warm_up_index, args=(index,), name="index-warm-up", daemon=True).start()
 
     external = ExternalSearch(settings.external)
+    search = SearchService(
+        index,
+        embedders.get,
+        bm25_for,
+        rerankers,
+        QueryVectorCache(settings.retriever.query_cache_size),
+        calibration_for=settings.embedding.relevance_of,
+        external=external,
+    )
     return RetrieverServices(
         index=index,
         indexing=IndexService(index, embedders),
-        search=SearchService(
-            index,
-            embedders.get,
-            bm25_for,
-            rerankers,
-            QueryVectorCache(settings.retriever.query_cache_size),
-            calibration_for=settings.embedding.relevance_of,
-            external=external,
-        ),
+        search=search,
+        search_runner=SearchRunner(search),
         external=external,
         embedders=embedders,
     )
@@ -102,6 +106,7 @@ def create_app(settings: RetrieverSettings) -> Litestar:
         dependencies={
             "index_service": Provide(lambda: services.indexing, sync_to_thread=False),
             "search_service": Provide(lambda: services.search, sync_to_thread=False),
+            "search_runner": Provide(lambda: services.search_runner, sync_to_thread=False),
             "external_search": Provide(lambda: services.external, sync_to_thread=False),
             "embedders": Provide(lambda: services.embedders, sync_to_thread=False),
         },

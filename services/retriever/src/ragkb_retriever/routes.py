@@ -30,9 +30,11 @@ from ragkb_core.fusion import LegsQuery, LegsResult
 from ragkb_core.ids import ID_PATTERN, is_id
 from ragkb_core.kb_settings import KbIndexLayout
 from ragkb_core.retriever_client import INTERNAL_PREFIX
+from ragkb_http import JsonBodyRequest
 from ragkb_models import EmbedderPool
 from ragkb_retriever.external import ExternalSearch
 from ragkb_retriever.indexing import IndexService
+from ragkb_retriever.search_runner import SearchRunner
 from ragkb_retriever.searching import SearchService
 from ragkb_telemetry import metrics
 from ragkb_telemetry.metrics import observe_stages
@@ -219,15 +221,17 @@ class SearchController(Controller):
     @post(
         "/",
         status_code=200,
-        sync_to_thread=True,
-        summary="Search one or more KBs",
+        summary="Search one or more KBs (the body: a SearchQuery)",
         responses={200: ResponseSpec(data_container=SearchResult, description="Passages, best first")},
     )
-    def search(self, data: SearchQuery, search_service: SearchService) -> Response[bytes]:
-        malformed = [position for position, kb_id in enumerate(data.kb_ids) if not is_id(kb_id)]
+    # Async, and the body validated from its bytes (JsonBodyRequest.model), not declared as `data`: the search
+    # runs on the event loop when that is safe, else in a thread (ragkb_retriever.search_runner says when).
+    async def search(self, request: JsonBodyRequest, search_runner: SearchRunner) -> Response[bytes]:
+        query = await request.model(SearchQuery)
+        malformed = [position for position, kb_id in enumerate(query.kb_ids) if not is_id(kb_id)]
         if malformed:
             raise InvalidInput("a knowledge base id is 32 hex characters", knowledge_bases=malformed)
-        result = search_service.search(data)
+        result = await search_runner.search(query)
         observe_stages(metrics.search_stage_duration, result.timings_ms, result.mode)
         # Encoded by pydantic in one pass (Rust), not dumped to Python objects first and encoded after.
         return Response(result.model_dump_json().encode(), media_type=MediaType.JSON)

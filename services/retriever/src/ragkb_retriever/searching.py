@@ -189,6 +189,14 @@ class SearchService:
             else None,
         )
 
+    def runs_without_models(self, query: SearchQuery) -> bool:
+        """Whether the search is the index's work alone: no question to embed (a keyword search, or vectors
+        cached from the question asked before), no reranker, no external KB to wait for."""
+        parts = self._plan(query)
+        if any(part.reranks or part.kb.external is not None for part in parts):
+            return False
+        return all(self._query_vectors.holds(model, query.query) for model in self._models(parts))
+
     # -- planning and encoding ---------------------------------------------------------------------
 
     def _plan(self, query: SearchQuery) -> list[KbPart]:
