@@ -1,24 +1,31 @@
 """The per-key token bucket in a real Redis: one budget for every limiter on the same database, Redis's
-clock, Retry-After, expiry of idle buckets, and a per-process limit while Redis does not answer."""
+clock, Retry-After, expiry of idle buckets, and a per-process limit while Redis does not answer. The take on the
+event loop (ragkb_api.redis_script) against real Redis servers: its script evicted, its connections killed, a
+server that asks for a password, and the redis-py client for the URLs it does not speak."""
 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
+import subprocess
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
-from redis.asyncio import Redis as AsyncRedis
 
 from ragkb_api.rate_limit import (
+    _TAKE_SCRIPT,
     REDIS_KEY_PREFIX,
+    REDIS_TIMEOUT_S,
     RateLimiter,
     RateLimitSettings,
     RedisTokenBuckets,
     build_rate_limiter,
 )
+from ragkb_api.redis_script import LeanScript, RedisPyScript, script_runners
 from ragkb_core.errors import TooManyRequests
 from tests.support.redis_db import private_redis_db
 
@@ -31,15 +38,16 @@ def database() -> Iterator[redis.Redis]:
         yield connection
 
 
+def url_of(database: redis.Redis, query: str = "") -> str:
+    kwargs = database.connection_pool.connection_kwargs
+    return f"redis://{kwargs['host']}:{kwargs['port']}/{kwargs['db']}{query}"
+
+
 def limiter(database: redis.Redis, per_minute: int, burst: int) -> RedisTokenBuckets:
     kwargs = database.connection_pool.connection_kwargs
     connection = redis.Redis(host=kwargs["host"], port=kwargs["port"], db=kwargs["db"])
-
-    def async_connection() -> AsyncRedis:
-        return AsyncRedis(host=kwargs["host"], port=kwargs["port"], db=kwargs["db"])
-
     settings = RateLimitSettings(requests_per_minute=per_minute, burst=burst)
-    return RedisTokenBuckets(settings, connection, async_connection)
+    return RedisTokenBuckets(settings, connection, script_runners(url_of(database), _TAKE_SCRIPT, REDIS_TIMEOUT_S))
 
 
 def spent(take: RateLimiter, key: str, attempts: int) -> tuple[int, list[TooManyRequests]]:
@@ -174,3 +182,101 @@ def test_without_redis_the_take_on_the_event_loop_limits_per_process() -> None:
 
     assert asyncio.run(scenario()) == 2
     unreachable.close()
+
+
+def test_the_loops_take_runs_the_script_again_after_redis_forgot_it_and_after_its_connection_was_killed(
+    database: redis.Redis,
+) -> None:
+    take = limiter(database, 1, 5)
+
+    async def scenario() -> int:
+        allowed = await _spent_async(take, "k", 1)
+        assert isinstance(take._async_take(), LeanScript)
+        database.script_flush()  # as after a Redis restart: EVALSHA answers NOSCRIPT
+        allowed += await _spent_async(take, "k", 1)
+        _drop_other_connections_to(database)  # as a Redis restart would
+        allowed += await _spent_async(take, "k", 1)
+        await take.aclose()
+        return allowed
+
+    assert asyncio.run(scenario()) == 3
+    # Each take reached Redis: none fell back to the per-process buckets.
+    assert float(database.hget(REDIS_KEY_PREFIX + "k", "tokens") or 0) == pytest.approx(2, abs=0.01)
+    take.close()
+
+
+def _drop_other_connections_to(database: redis.Redis) -> None:
+    """Kill every connection to the test's own database but the test's (the shared Redis serves other runs)."""
+    db = database.connection_pool.connection_kwargs["db"]
+    mine = database.client_id()
+    for client in database.client_list():
+        if int(client["db"]) == db and int(client["id"]) != mine:
+            database.client_kill_filter(_id=client["id"])
+
+
+def test_a_url_with_options_is_taken_through_redis_py_with_the_same_budget(database: redis.Redis) -> None:
+    runners = script_runners(url_of(database, "?health_check_interval=30"), _TAKE_SCRIPT, REDIS_TIMEOUT_S)
+    settings = RateLimitSettings(requests_per_minute=1, burst=2)
+    take = RedisTokenBuckets(settings, redis.Redis.from_url(url_of(database)), runners)
+
+    async def scenario() -> int:
+        assert isinstance(take._async_take(), RedisPyScript)
+        allowed = await _spent_async(take, "k", 4)
+        await take.aclose()
+        return allowed
+
+    assert asyncio.run(scenario()) == 2
+    assert database.exists(REDIS_KEY_PREFIX + "k") == 1
+    take.close()
+
+
+@pytest.fixture
+def redis_with_password(tmp_path: Path) -> Iterator[tuple[int, str]]:
+    """A Redis server of the test's own on a free port that refuses clients without its password."""
+    server = shutil.which("redis-server")
+    if server is None:
+        pytest.skip("redis-server is not installed (make redis installs it)")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    password = "s3cret/with:odd@chars"
+    process = subprocess.Popen(
+        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--requirepass", password, "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                redis.Redis(port=port, password=password).ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        yield port, password
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def test_the_loops_take_authenticates_and_selects_its_database(redis_with_password: tuple[int, str]) -> None:
+    port, password = redis_with_password
+    quoted = password.replace("/", "%2F").replace(":", "%3A").replace("@", "%40")
+    settings = RateLimitSettings(requests_per_minute=1, burst=2)
+    url = f"redis://:{quoted}@127.0.0.1:{port}/3"
+    take = build_rate_limiter(settings, url)
+    wrong = build_rate_limiter(settings, f"redis://:wrong@127.0.0.1:{port}/3")
+
+    async def scenario() -> tuple[int, int]:
+        allowed = await _spent_async(take, "k", 3)
+        # A refused AUTH is a Redis failure like any other: this process limits on its own meanwhile.
+        allowed_without_redis = await _spent_async(wrong, "other", 3)
+        await take.aclose()
+        await wrong.aclose()
+        return allowed, allowed_without_redis
+
+    assert asyncio.run(scenario()) == (2, 2)
+    stored = redis.Redis(port=port, password=password, db=3)
+    assert stored.exists(REDIS_KEY_PREFIX + "k") == 1 and stored.exists(REDIS_KEY_PREFIX + "other") == 0
+    take.close()
+    wrong.close()

@@ -27,9 +27,8 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 from redis import Redis, RedisError
-from redis.asyncio import Redis as AsyncRedis
-from redis.commands.core import AsyncScript
 
+from ragkb_api.redis_script import ScriptRunner, script_runners
 from ragkb_core.errors import TooManyRequests
 from ragkb_telemetry import metrics
 
@@ -158,22 +157,23 @@ return string.format('%.6f', wait)
 
 
 class RedisTokenBuckets:
-    """The buckets in Redis, shared by every api process that uses the same Redis database. `async_redis` makes
-    the clients of `take_async` (one per event loop: an asyncio connection belongs to the loop that opened it)."""
+    """The buckets in Redis, shared by every api process that uses the same Redis database. `async_takes` makes
+    the runners of `take_async`'s script (one per event loop: an asyncio connection belongs to the loop that
+    opened it; ragkb_api.redis_script)."""
 
     def __init__(
         self,
         settings: RateLimitSettings,
         redis: Redis,
-        async_redis: Callable[[], AsyncRedis],
+        async_takes: Callable[[], ScriptRunner],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._rate_per_s = settings.requests_per_minute / 60
         self._capacity = settings.burst
         self._redis = redis
         self._take = redis.register_script(_TAKE_SCRIPT)
-        self._async_redis = async_redis
-        self._async_takes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncScript] = (
+        self._new_async_take = async_takes
+        self._async_takes: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, ScriptRunner] = (
             weakref.WeakKeyDictionary()
         )
         self._local = TokenBuckets(settings, clock)
@@ -198,20 +198,20 @@ class RedisTokenBuckets:
             return
         script = self._async_take()
         try:
-            answer = await script(keys=[REDIS_KEY_PREFIX + key_id], args=self._arguments(tokens))
+            answer = await script([REDIS_KEY_PREFIX + key_id], self._arguments(tokens))
         except RedisError as exc:
             self._redis_failed(exc)
             self._local.take(key_id, tokens)
             return
-        _refuse_if_waiting(float(answer))
+        _refuse_if_waiting(float(answer or 0))
 
     def close(self) -> None:
         self._redis.close()
 
     async def aclose(self) -> None:
         take = self._async_takes.pop(asyncio.get_running_loop(), None)
-        if take is not None and take.registered_client is not None:
-            await take.registered_client.aclose()
+        if take is not None:
+            await take.aclose()
 
     def _takes_locally(self) -> bool:
         """With the limit off (the local buckets then take nothing), or for a while after Redis failed."""
@@ -220,12 +220,12 @@ class RedisTokenBuckets:
     def _arguments(self, tokens: int) -> list[float | int]:
         return [self._rate_per_s, self._capacity, tokens]
 
-    def _async_take(self) -> AsyncScript:
-        """The take script on the running loop's client (made at the loop's first take)."""
+    def _async_take(self) -> ScriptRunner:
+        """The take script's runner on the running loop (made at the loop's first take)."""
         loop = asyncio.get_running_loop()
         take = self._async_takes.get(loop)
         if take is None:
-            take = self._async_redis().register_script(_TAKE_SCRIPT)
+            take = self._new_async_take()
             self._async_takes[loop] = take
         return take
 
@@ -244,8 +244,4 @@ def build_rate_limiter(settings: RateLimitSettings, redis_url: str) -> RateLimit
     if settings.store == "memory":
         return TokenBuckets(settings)
     redis = Redis.from_url(redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
-
-    def async_redis() -> AsyncRedis:
-        return AsyncRedis.from_url(redis_url, socket_timeout=REDIS_TIMEOUT_S, socket_connect_timeout=REDIS_TIMEOUT_S)
-
-    return RedisTokenBuckets(settings, redis, async_redis)
+    return RedisTokenBuckets(settings, redis, script_runners(redis_url, _TAKE_SCRIPT, REDIS_TIMEOUT_S))
