@@ -1,6 +1,7 @@
 """The reads every search makes, on the event loop where that is safe (ragkb_api.loop_reads): on a real SQLite
 file they run on the loop's own thread, a lock another connection holds sends them to a worker thread without
-blocking the loop, and on a real PostgreSQL they always run in a worker thread."""
+blocking the loop, and on a real PostgreSQL they always run in a worker thread. The search's own statements read
+on sqlite3 directly give the rows Core gives, and never keep a snapshot from one read to the next."""
 
 from __future__ import annotations
 
@@ -13,11 +14,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine, event, text
+from sqlalchemy import Column, Engine, Integer, MetaData, Table, bindparam, event, select, text
+from sqlalchemy.orm import Session, sessionmaker
 
+from ragkb_api.keys.schemas import ApiKeyCreate
+from ragkb_api.keys.service import _LIVE_KEY_BY_PREFIX, ApiKeyService
 from ragkb_api.loop_reads import LoopReads
+from ragkb_api.search.service import _SEARCHABLE_KBS
+from ragkb_core.ids import new_id
 from ragkb_core.settings import DatabaseSettings
-from ragkb_store.db.engine import build_engine
+from ragkb_store.db.engine import build_engine, build_session_factory, migrate_to_head
+from ragkb_store.db.models import KnowledgeBase
 
 pytestmark = pytest.mark.integration
 COUNT = text("SELECT count(*) AS n FROM t WHERE x >= :least")
@@ -123,3 +130,124 @@ def test_on_postgresql_a_read_never_blocks_the_loop(postgres_url: str, reading_t
     assert answer == 42
     assert reading_threads and loop_thread not in reading_threads
     engine.dispose()
+
+
+# -- the direct path: the search's own statements on sqlite3, the same rows as through Core --------------------
+
+
+@pytest.fixture
+def api_database(tmp_path: Path) -> Iterator[tuple[Engine, sessionmaker[Session]]]:
+    engine = _engine(f"sqlite:///{tmp_path / 'api.db'}")
+    migrate_to_head(engine)
+    yield engine, build_session_factory(engine)
+    engine.dispose()
+
+
+def _add_kbs(sessions: sessionmaker[Session]) -> list[str]:
+    ids = [new_id() for _ in range(3)]
+    with sessions() as session, session.begin():
+        session.add(
+            KnowledgeBase(
+                id=ids[0],
+                name="plain",
+                embedding_model="e5",
+                analyzer_version="2",
+                retrieval={"top_k": 7, "hybrid": True},
+                analyzer={"languages": ["english"]},
+            )
+        )
+        session.add(
+            KnowledgeBase(
+                id=ids[1],
+                name="being deleted 削除中",
+                embedding_model="e5",
+                analyzer_version="2",
+                deletion_job_id=new_id(),
+            )
+        )
+        session.add(KnowledgeBase(id=ids[2], name="external", embedding_model="e5", analyzer_version="2",
+                                  external={"kind": "qdrant", "url": "http://q:6333", "labels": ["a", "b"]},
+                                  external_credentials="sealed"))  # fmt: skip
+    return ids
+
+
+def test_the_searchs_own_reads_give_the_same_rows_directly_as_through_core(
+    api_database: tuple[Engine, sessionmaker[Session]], reading_threads: list[int]
+) -> None:
+    engine, sessions = api_database
+    kb_ids = _add_kbs(sessions)
+    key = ApiKeyService(sessions, None).create(ApiKeyCreate(name="k", role="client", grants={kb_ids[0]: "read"}))
+    reads = LoopReads(engine)
+    asked: list[tuple[Any, dict[str, Any]]] = [
+        (_LIVE_KEY_BY_PREFIX, {"prefix": key.prefix}),
+        (_LIVE_KEY_BY_PREFIX, {"prefix": "0" * len(key.prefix)}),  # no such key
+        *((_SEARCHABLE_KBS, {"ids": ids}) for ids in ([kb_ids[0]], kb_ids, [*kb_ids[1:], new_id()], [new_id()])),
+    ]
+
+    async def direct() -> list[list[tuple[Any, ...]]]:
+        return [[tuple(row) for row in await reads.rows(statement, params)] for statement, params in asked]
+
+    through_core = [[tuple(row) for row in _core_rows(engine, statement, params)] for statement, params in asked]
+    reading_threads.clear()
+    assert asyncio.run(direct()) == through_core
+    assert reading_threads == []  # none of them went through Core
+    assert through_core[0][0][3] == {kb_ids[0]: "read"}  # JSON columns come back decoded, as through Core
+    assert sorted(row[0] for row in through_core[3]) == sorted(kb_ids)
+
+    async def fields() -> tuple[Any, Any]:
+        key_row = (await reads.rows(_LIVE_KEY_BY_PREFIX, {"prefix": key.prefix}))[0]
+        kb_row = (await reads.rows(_SEARCHABLE_KBS, {"ids": [kb_ids[2]]}))[0]
+        return key_row.grants, kb_row.external
+
+    assert asyncio.run(fields()) == (
+        {kb_ids[0]: "read"},
+        {"kind": "qdrant", "url": "http://q:6333", "labels": ["a", "b"]},
+    )
+    reads.dispose()
+
+
+def test_a_direct_read_sees_what_another_connection_committed_since_the_last_one(
+    api_database: tuple[Engine, sessionmaker[Session]],
+) -> None:
+    engine, sessions = api_database
+    keys = ApiKeyService(sessions, None)
+    key = keys.create(ApiKeyCreate(name="k", role="admin"))
+    reads = LoopReads(engine)
+
+    async def live() -> int:
+        return len(await reads.rows(_LIVE_KEY_BY_PREFIX, {"prefix": key.prefix}))
+
+    async def scenario() -> tuple[int, int]:
+        before = await live()
+        keys.revoke(key.id)  # committed by the service's own connection
+        return before, await live()
+
+    assert asyncio.run(scenario()) == (1, 0)  # no snapshot of the first read carried into the second
+    reads.dispose()
+
+
+def test_a_locked_sqlite_file_sends_a_direct_read_to_a_thread(sqlite_file: Path) -> None:
+    holder = sqlite3.connect(sqlite_file, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO t VALUES (4)")
+    holder.execute("COMMIT")
+    releaser = threading.Timer(LOCK_HELD_S, holder.close)
+    reads = LoopReads(_engine(f"sqlite:///{sqlite_file}"))
+    table = Table("t", MetaData(), Column("x", Integer))
+    at_least = select(table.c.x).where(table.c.x >= bindparam("least"))
+
+    async def read() -> tuple[list[int], float]:
+        started = time.monotonic()
+        releaser.start()
+        rows = await reads.rows(at_least, {"least": 2})
+        return sorted(row.x for row in rows), time.monotonic() - started
+
+    found, waited = asyncio.run(read())
+    assert found == [2, 3, 4] and waited >= LOCK_HELD_S * 0.9
+    reads.dispose()
+
+
+def _core_rows(engine: Engine, statement: Any, params: dict[str, Any]) -> list[Any]:
+    with engine.connect() as connection:
+        return list(connection.execute(statement, params).all())

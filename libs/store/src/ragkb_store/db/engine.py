@@ -90,9 +90,10 @@ def _read_only_pragmas(dbapi_connection: object, _record: object) -> None:
     cursor.close()
 
 
-def waits_for_a_lock(error: OperationalError) -> bool:
-    """Whether SQLite refused a statement because another connection holds a lock it would have waited for."""
-    code = getattr(error.orig, "sqlite_errorcode", None)
+def waits_for_a_lock(error: OperationalError | sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused a statement because another connection holds a lock it would have waited for (an
+    error of SQLAlchemy's, or of sqlite3's own for a statement run on its connection directly)."""
+    code = getattr(getattr(error, "orig", error), "sqlite_errorcode", None)
     # The low byte: an extended code (SQLITE_BUSY_RECOVERY, SQLITE_BUSY_SNAPSHOT, …) is a kind of its primary one.
     return isinstance(code, int) and code & 0xFF in {sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED}
 
