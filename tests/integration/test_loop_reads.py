@@ -77,13 +77,7 @@ def test_on_sqlite_a_read_runs_on_the_loops_own_thread(sqlite_file: Path, readin
 def test_a_locked_sqlite_file_sends_the_read_to_a_thread_and_the_loop_keeps_serving(
     sqlite_file: Path, reading_threads: list[int]
 ) -> None:
-    # A connection that holds the file exclusively (as a maintenance tool may): WAL readers cannot read past it.
-    holder = sqlite3.connect(sqlite_file, isolation_level=None, check_same_thread=False)
-    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
-    holder.execute("BEGIN EXCLUSIVE")
-    holder.execute("INSERT INTO t VALUES (4)")
-    holder.execute("COMMIT")
-    releaser = threading.Timer(LOCK_HELD_S, holder.close)
+    releaser = _hold_exclusively(sqlite_file)
     reads = LoopReads(_engine(f"sqlite:///{sqlite_file}"))
 
     async def read_while_ticking() -> tuple[int, int, int, float]:
@@ -110,6 +104,17 @@ def test_a_locked_sqlite_file_sends_the_read_to_a_thread_and_the_loop_keeps_serv
     assert reading_threads[0] == loop_thread  # tried on the loop, refused at once
     assert reading_threads[-1] != loop_thread  # then read in a worker thread
     reads.dispose()
+
+
+def _hold_exclusively(sqlite_file: Path) -> threading.Timer:
+    """A connection that holds the file exclusively (as a maintenance tool may), having written a 4th row: WAL
+    readers cannot read past it. The timer it gives closes it LOCK_HELD_S after it is started."""
+    holder = sqlite3.connect(sqlite_file, isolation_level=None, check_same_thread=False)
+    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO t VALUES (4)")
+    holder.execute("COMMIT")
+    return threading.Timer(LOCK_HELD_S, holder.close)
 
 
 def test_an_in_memory_sqlite_database_is_read_in_a_thread() -> None:
@@ -144,30 +149,22 @@ def api_database(tmp_path: Path) -> Iterator[tuple[Engine, sessionmaker[Session]
 
 
 def _add_kbs(sessions: sessionmaker[Session]) -> list[str]:
-    ids = [new_id() for _ in range(3)]
+    """Three KBs whose rows differ where the reads convert: JSON settings, a deletion under way, an external KB."""
+    own_fields: list[dict[str, Any]] = [
+        {"name": "plain", "retrieval": {"top_k": 7, "hybrid": True}, "analyzer": {"languages": ["english"]}},
+        {"name": "being deleted 削除中", "deletion_job_id": new_id()},
+        {
+            "name": "external",
+            "external": {"kind": "qdrant", "url": "http://q:6333", "labels": ["a", "b"]},
+            "external_credentials": "sealed",
+        },
+    ]
+    ids = [new_id() for _ in own_fields]
     with sessions() as session, session.begin():
-        session.add(
-            KnowledgeBase(
-                id=ids[0],
-                name="plain",
-                embedding_model="e5",
-                analyzer_version="2",
-                retrieval={"top_k": 7, "hybrid": True},
-                analyzer={"languages": ["english"]},
-            )
+        session.add_all(
+            KnowledgeBase(id=kb_id, embedding_model="e5", analyzer_version="2", **fields)
+            for kb_id, fields in zip(ids, own_fields, strict=True)
         )
-        session.add(
-            KnowledgeBase(
-                id=ids[1],
-                name="being deleted 削除中",
-                embedding_model="e5",
-                analyzer_version="2",
-                deletion_job_id=new_id(),
-            )
-        )
-        session.add(KnowledgeBase(id=ids[2], name="external", embedding_model="e5", analyzer_version="2",
-                                  external={"kind": "qdrant", "url": "http://q:6333", "labels": ["a", "b"]},
-                                  external_credentials="sealed"))  # fmt: skip
     return ids
 
 
@@ -227,12 +224,7 @@ def test_a_direct_read_sees_what_another_connection_committed_since_the_last_one
 
 
 def test_a_locked_sqlite_file_sends_a_direct_read_to_a_thread(sqlite_file: Path) -> None:
-    holder = sqlite3.connect(sqlite_file, isolation_level=None, check_same_thread=False)
-    holder.execute("PRAGMA locking_mode=EXCLUSIVE")
-    holder.execute("BEGIN EXCLUSIVE")
-    holder.execute("INSERT INTO t VALUES (4)")
-    holder.execute("COMMIT")
-    releaser = threading.Timer(LOCK_HELD_S, holder.close)
+    releaser = _hold_exclusively(sqlite_file)
     reads = LoopReads(_engine(f"sqlite:///{sqlite_file}"))
     table = Table("t", MetaData(), Column("x", Integer))
     at_least = select(table.c.x).where(table.c.x >= bindparam("least"))

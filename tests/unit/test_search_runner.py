@@ -43,25 +43,24 @@ def query(text: str = "paid leave") -> SearchQuery:
     return SearchQuery(query=text, knowledge_bases=[KbSearch(kb_id="a" * 32)], mode="keyword")
 
 
-def test_a_search_alone_that_needs_no_model_runs_on_the_event_loop() -> None:
-    search = RecordingSearch(needs_model=False)
+def one_search_alone(search: RecordingSearch) -> threading.Thread:
+    """Runs one search through a SearchRunner; the event loop's thread."""
 
     async def run() -> threading.Thread:
         await SearchRunner(search).search(query())
         return threading.current_thread()
 
-    loop_thread = asyncio.run(run())
-    assert search.threads == [loop_thread]
+    return asyncio.run(run())
+
+
+def test_a_search_alone_that_needs_no_model_runs_on_the_event_loop() -> None:
+    search = RecordingSearch(needs_model=False)
+    assert search.threads == [one_search_alone(search)]
 
 
 def test_a_search_that_needs_a_model_runs_in_a_worker_thread() -> None:
     search = RecordingSearch(needs_model=True)
-
-    async def run() -> threading.Thread:
-        await SearchRunner(search).search(query())
-        return threading.current_thread()
-
-    loop_thread = asyncio.run(run())
+    loop_thread = one_search_alone(search)
     assert len(search.threads) == 1 and search.threads[0] is not loop_thread
 
 
