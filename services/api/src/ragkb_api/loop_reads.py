@@ -56,7 +56,10 @@ class _Compiled:
         values: list[Any] = []
         for name in self.order:
             value = parameters[name]
-            values.extend(value) if isinstance(value, list | tuple) else values.append(value)
+            if isinstance(value, list | tuple):
+                values.extend(value)
+            else:
+                values.append(value)
         return values
 
     def rows(self, found: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:

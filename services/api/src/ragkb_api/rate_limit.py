@@ -27,6 +27,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, Field
 from redis import Redis, RedisError
+from redis.exceptions import ResponseError
 
 from ragkb_api.redis_script import ScriptRunner, script_runners
 from ragkb_core.errors import TooManyRequests
@@ -199,11 +200,13 @@ class RedisTokenBuckets:
         script = self._async_take()
         try:
             answer = await script([REDIS_KEY_PREFIX + key_id], self._arguments(tokens))
+            if answer is None:  # the script always answers a number: nil is a Redis that is not ours to trust
+                raise ResponseError("the rate limit's script answered nil")
         except RedisError as exc:
             self._redis_failed(exc)
             self._local.take(key_id, tokens)
             return
-        _refuse_if_waiting(float(answer or 0))
+        _refuse_if_waiting(float(answer))
 
     def close(self) -> None:
         self._redis.close()
