@@ -83,6 +83,17 @@ def stage_shares(documents: list[dict[str, Any]]) -> dict[str, float]:
     return {stage: round(seconds / whole, 3) for stage, seconds in totals.items()}
 
 
+def graph_of(precision: PassagePrecision) -> str:
+    """The graph a KB of `precision` is embedded with here: auto is float32 or int8-block, whichever this CPU
+    runs faster (kept in the model cache by the stack's own start)."""
+    if precision != "auto":
+        return precision
+    from ragkb_models.embedder import fastest_precision
+    from ragkb_worker.settings import WorkerSettings
+
+    return fastest_precision(WorkerSettings().embedding, "passages")
+
+
 def raw_encode_rate(
     corpus: list[dict[str, Any]], sample: int, precision: PassagePrecision = "float32"
 ) -> dict[str, float]:
@@ -183,6 +194,8 @@ def main() -> None:
         "knowledge_base_id": kb_id,
         "analyzer": created.json()["analyzer"],
         "passage_precision": precision,
+        # What auto stood for on this machine (the graph the worker embedded with), else the precision itself.
+        "passage_graph": graph_of(precision),
         "documents": len(corpus),
         "counts": counts,
         "chunks": chunks,
@@ -210,7 +223,10 @@ def raw_cell(raw: dict[str, Any] | None) -> str:
 def markdown(result: dict[str, Any]) -> str:
     raw = result["raw_encode"]
     shares = " / ".join(f"{result['stage_share'].get(stage, 0):.1%}" for stage in STAGES)
+    precision = result.get("passage_precision", "float32")
+    graph = result.get("passage_graph", precision)
     return (
+        f"Passages: {precision}" + (f" ({graph} on this CPU)" if graph != precision else "") + ".\n\n"
         "| corpus | docs | chunks | failed | seconds | docs/s | chunks/s | raw encode chunks/s | efficiency | "
         "parse / chunk / embed / index |\n"
         "|---|---|---|---|---|---|---|---|---|---|\n"

@@ -33,9 +33,14 @@ from numpy.typing import NDArray
 from ragkb_core.kb_settings import PassagePrecision
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models import Embedder, EmbedderPool
+from ragkb_models.embedder import fastest_precision
 
 CALL_SIZE = 8
 QUERY_THREADS = 2
+
+
+# Every graph a precision names; auto is one of them (float32 or int8-block), reported as what it chose here.
+GRAPHS: tuple[PassagePrecision, ...] = tuple(p for p in get_args(PassagePrecision) if p != "auto")
 
 
 def embed_in_calls(embedder: Embedder, texts: list[str]) -> tuple[NDArray[np.float32], float]:
@@ -45,7 +50,7 @@ def embed_in_calls(embedder: Embedder, texts: list[str]) -> tuple[NDArray[np.flo
 
 
 def measure(corpus: str, documents: int, rounds: int, pool: EmbedderPool) -> list[dict[str, Any]]:
-    precisions: tuple[PassagePrecision, ...] = get_args(PassagePrecision)
+    precisions = GRAPHS
     embedders = {precision: pool.get(None, precision) for precision in precisions}
     texts = [text for chunks in chunked_documents(embedders["float32"], corpus, documents) for text in chunks]
     vectors: dict[str, NDArray[np.float32]] = {}
@@ -72,7 +77,7 @@ def distance_to_float32(vectors: dict[str, NDArray[np.float32]], precision: str)
 
 
 def measure_queries(corpus: str, count: int, rounds: int, pool: EmbedderPool) -> list[dict[str, Any]]:
-    precisions: tuple[PassagePrecision, ...] = get_args(PassagePrecision)
+    precisions = GRAPHS
     embedders = {precision: pool.get(None, precision) for precision in precisions}
     questions = [row["text"] for row in read_jsonl(DATA / corpus / "queries.jsonl")][:count]
     vectors: dict[str, NDArray[np.float32]] = {}
@@ -95,8 +100,10 @@ def measure_queries(corpus: str, count: int, rounds: int, pool: EmbedderPool) ->
     ]
 
 
-def markdown(rows: list[dict[str, Any]], query_rows: list[dict[str, Any]]) -> str:
+def markdown(rows: list[dict[str, Any]], query_rows: list[dict[str, Any]], auto: dict[str, str]) -> str:
     lines = [
+        f"auto on this CPU (ragkb_models.precision_choice): passages {auto['passages']}, queries {auto['queries']}.",
+        "",
         "| corpus | precision | chunks | 1 − cosine to float32: mean | worst chunk | chunks/s (1 thread) |",
         "|---|---|---|---|---|---|",
     ]
@@ -136,6 +143,8 @@ def main() -> None:
         if args.queries
         for row in measure_queries(corpus, args.queries, args.rounds, query_pool)
     ]
+    settings = EmbeddingSettings()
+    auto: dict[str, str] = {shape: fastest_precision(settings, shape) for shape in ("passages", "queries")}
     save_result(
         f"passage-precision{'-' + args.label if args.label else ''}",
         {
@@ -144,8 +153,9 @@ def main() -> None:
             "rounds": args.rounds,
             "rows": rows,
             "query_rows": query_rows,
+            "auto": auto,
         },
-        markdown(rows, query_rows),
+        markdown(rows, query_rows, auto),
     )
 
 

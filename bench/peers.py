@@ -2,7 +2,7 @@
 
     make bench-peers        (installs bench/requirements-peers.txt into .venv/peers, over .venv, and runs this)
     .venv/peers/bin/python bench/peers.py [--corpora scifact:train jsquad:dev] [--max-queries N] [--max-docs N]
-                                          [--ingest-docs 500] [--ragkb-precisions int8-block float32]
+                                          [--ingest-docs 500] [--ragkb-precisions auto float32 int8-block]
                                           [--peers txtai lancedb chroma] [--url URL] [--keep]
 
 Peers, each installed from PyPI and run in this process with its defaults, top 100 per query:
@@ -548,7 +548,7 @@ def main() -> None:
     parser.add_argument(
         "--ragkb-precisions",
         nargs="+",
-        default=["int8-block", "float32"],
+        default=["auto", "float32", "int8-block"],
         help="passage precisions ragkb's ingest is measured in, each with its ratio column (peers.png: the first; "
         "the default precision first)",
     )

@@ -14,6 +14,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -26,9 +27,12 @@ import pytest
 from numpy.typing import NDArray
 
 from ragkb_core.settings import EmbeddingSettings
-from ragkb_models import E5_MODEL_NAME, Backend, Embedder, EmbedderPool, convert_e5, load_embedder
-from ragkb_models.embedder import build_embedder_files
+from ragkb_models import E5_MODEL_NAME, Backend, Embedder, EmbedderPool, convert_e5, load_embedder, precision_choice
+from ragkb_models.cache import MARKER_NAME
+from ragkb_models.embedder import build_embedder_files, e5_onnx_embedder, fastest_precision, in_precision
 from ragkb_models.onnx_encoder import MIXED_INT8, Precision, ensure_onnx_model
+from ragkb_models.precision_choice import CHOICES
+from ragkb_retriever.settings import RetrieverSettings, query_embedding_settings
 
 pytestmark = pytest.mark.integration
 
@@ -333,6 +337,51 @@ def test_the_int8_block_graph_replaces_every_matmul_and_nothing_else(e5_folder: 
     assert len(nbits) == matmuls
     attributes = {a.name: onnx.helper.get_attribute_value(a) for a in nbits[0].attribute}
     assert (attributes["bits"], attributes["block_size"], attributes["accuracy_level"]) == (8, 128, 4)
+
+
+def test_auto_takes_the_faster_of_float32_and_int8_block_measured_once_per_cpu(e5_folder: Path, tmp_path: Path) -> None:
+    # A model folder of its own for the kept choice (its build marker, the real graphs), so that the stacks other
+    # tests run beside this one keep reading the shared cache's.
+    shutil.copy(e5_folder / MARKER_NAME, tmp_path / MARKER_NAME)
+    graphs = {name: ensure_onnx_model(e5_folder, precision_choice.graph_precision(name)) for name in CHOICES}
+    one_thread = e5_settings("onnx").model_copy(update={"threads": 1})
+
+    def choose(shape: precision_choice.Shape) -> str:
+        return precision_choice.choose(tmp_path, shape, lambda p: e5_onnx_embedder(one_thread, e5_folder, p), graphs)
+
+    kept = tmp_path / precision_choice.CHOICE_FILE
+    precision_choice.forget()
+    chosen = {shape: choose(shape) for shape in ("passages", "queries")}
+    measured = json.loads(kept.read_text())
+    assert measured["choice"] == chosen
+    for shape, cpu_ms in measured["cpu_ms"].items():
+        assert set(cpu_ms) == {"float32", "int8-block"} and min(cpu_ms.values()) > 0
+        assert chosen[shape] == precision_choice.faster(cpu_ms)  # int8-block only where it saves >= 10 %
+    written = kept.stat().st_mtime_ns
+    precision_choice.forget()  # a new process reads the kept choice: nothing measured again
+    assert {shape: choose(shape) for shape in ("passages", "queries")} == chosen
+    assert kept.stat().st_mtime_ns == written
+    # The cache copied from another CPU (an image, a shared volume): measured again here, and kept for this CPU.
+    marker = kept.with_name(kept.name + ".build.json")
+    stamped = json.loads(marker.read_text())
+    marker.write_text(json.dumps({**stamped, "provenance": {**stamped["provenance"], "cpu": "another-cpu"}}))
+    precision_choice.forget()
+    assert choose("passages") in CHOICES
+    assert kept.stat().st_mtime_ns != written
+    assert json.loads(marker.read_text())["provenance"]["cpu"] == precision_choice.cpu_signature()
+
+
+def test_an_auto_kb_and_the_retriever_load_the_graph_of_the_kept_choice(e5_folder: Path) -> None:
+    settings = e5_settings("onnx")
+    pool = EmbedderPool(settings)
+    passages = fastest_precision(settings, "passages")
+    assert pool.get(None, "auto") is pool.get(None, passages)  # one session per graph, whatever the name
+    queries = fastest_precision(settings, "queries")
+    expected = {"float32": "onnx", "int8-block": "onnx-int8-block"}
+    assert query_embedding_settings(RetrieverSettings(embedding=settings)).backend == expected[queries]
+    assert in_precision(settings, "auto", "queries").backend == expected[queries]
+    on_torch = EmbeddingSettings(cache_dir=MODEL_CACHE, backend="torch")
+    assert in_precision(on_torch, "auto") is on_torch  # nothing to choose, nothing measured
 
 
 def test_onnx_graphs_are_built_once(e5_folder: Path) -> None:

@@ -270,7 +270,7 @@ def test_upgrading_to_0016_keeps_existing_kbs_passages_in_float32(fresh_url: str
     engine.dispose()
     assert _json(stored) == {**json.loads(chunking), "passage_precision": "float32"}
     assert KbChunking.model_validate(_json(stored)).passage_precision == "float32"
-    assert KbChunking().passage_precision == "int8-block"  # what a KB created now gets
+    assert KbChunking().passage_precision == "auto"  # what a KB created now gets
 
 
 def test_upgrading_to_0017_keeps_the_bm25_weights_existing_kbs_were_indexed_with(fresh_url: str) -> None:

@@ -121,10 +121,11 @@ def test_server_timing_names_every_stage_and_the_total() -> None:
     assert all(";dur=" in metric for metric in header.split(", "))
 
 
-def test_the_retriever_embeds_queries_on_its_cores_at_most_four_in_blockwise_int8_unless_told() -> None:
-    default = query_embedding_settings(RetrieverSettings())
+def test_the_retriever_embeds_queries_on_its_cores_at_most_four_in_the_faster_precision_unless_told() -> None:
+    assert RetrieverServerSettings().query_precision == "auto"  # resolved on the CPU: tests/integration
+    default = query_embedding_settings(RetrieverSettings(retriever=RetrieverServerSettings(query_precision="float32")))
     assert default.threads == min(available_cores(), QUERY_THREADS_CAP)
-    assert default.backend == "onnx-int8-block"
+    assert default.backend == "onnx"
     one = query_embedding_settings(RetrieverSettings(retriever=RetrieverServerSettings(embed_threads=1)))
     assert one.threads == 1  # a set value is kept
     int8 = query_embedding_settings(

@@ -14,7 +14,7 @@ from ragkb_core.formats import EXTENSION_MEDIA_TYPES
 # What a document is: knowledge (answers) or reference (long authoritative originals, e.g. regulations).
 DocType = Literal["knowledge", "reference"]
 # The precision a KB's passages are embedded in (its queries: the retriever's RAGKB_RETRIEVER__QUERY_PRECISION).
-PassagePrecision = Literal["float32", "int8", "int8-mixed", "int8-block"]
+PassagePrecision = Literal["auto", "float32", "int8", "int8-mixed", "int8-block"]
 MAX_NOISE_PATTERNS = 50
 MAX_PATTERN_CHARS = 500
 
@@ -31,15 +31,17 @@ class KbChunking(BaseModel):
     # that reason and images are refused at ingestion. Read when a document is parsed.
     ocr: bool = True
     # The graph the packaged e5 embeds this KB's passages with (other models run on torch in float32 whatever
-    # this says). int8-block, the default for new KBs: every MatMul with int8 weights and activations per block
-    # of 128 (ragkb_models.onnx_encoder.BLOCK_INT8), ~10× closer to float32's vectors than int8-mixed (1 − cosine
-    # ~0.0001) at ~1.3× float32's speed; through the service (bench/quality.py, one stack) it scored within
-    # 0.0013 of float32 in every mode on SciFact and JSQuAD (README, Benchmarks: int8-block). int8 and int8-mixed
-    # (dynamic int8: one activation scale per run) encode at ~1.8× float32's speed but lost up to 0.0057 / 0.0033.
-    # Every KB created before int8-block became the default has float32 written into its chunking (migration
-    # 0016, then the API's full settings), so the default applies to new KBs only. Each graph's vectors are ≥ 0.99
+    # this says). auto, the default for new KBs: float32 or int8-block, whichever the worker's CPU runs faster,
+    # measured once per CPU (ragkb_models.precision_choice). int8-block (every MatMul with int8 weights and
+    # activations per block of 128, ragkb_models.onnx_encoder.BLOCK_INT8) is ~10× closer to float32's vectors
+    # than int8-mixed (1 − cosine ~0.0001) and scored within 0.0013 of float32 in every mode on SciFact and JSQuAD
+    # (README, Benchmarks: int8-block); it ran ~1.3× float32's speed on CPUs with AVX-512 VNNI and ~0.8× on an
+    # AVX2-only one, hence auto. int8 and int8-mixed (dynamic int8: one activation scale per run) encode at
+    # ~1.4–1.8× float32's speed on both but lost up to 0.0057 / 0.0033. KBs created before int8-block became the
+    # default have float32 written into their chunking (migration 0016, then the API's full settings), those
+    # created while it was have int8-block: the default applies to new KBs only. Each graph's vectors are ≥ 0.99
     # cosine to float32's, so a KB switched any way keeps answering while its documents are ingested again.
-    passage_precision: PassagePrecision = "int8-block"
+    passage_precision: PassagePrecision = "auto"
 
     @field_validator("noise_patterns")
     @classmethod

@@ -21,6 +21,7 @@ from ragkb_core.kb_settings import PassagePrecision
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models.e5_convert import E5_MODEL_NAME, convert_e5
 from ragkb_models.onnx_encoder import OnnxEncoder, Precision, ensure_onnx_model
+from ragkb_models.precision_choice import CHOICES, Choice, Shape, choose, graph_precision
 
 logger = logging.getLogger(__name__)
 
@@ -183,13 +184,28 @@ _PASSAGE_BACKENDS: dict[PassagePrecision, Backend] = {
 }
 
 
-def in_precision(settings: EmbeddingSettings, precision: PassagePrecision) -> EmbeddingSettings:
-    """A KB's passages (or the retriever's queries) in `precision`: int8, int8-mixed and int8-block swap the
-    packaged e5's float32 ONNX graph for that int8 graph; any other model, and e5 on torch or already int8, stays
-    as it is (only e5 has ONNX graphs: the others run on torch)."""
-    if precision != "float32" and settings.model == E5_MODEL_NAME and settings.backend == "onnx":
-        return settings.model_copy(update={"backend": _PASSAGE_BACKENDS[precision]})
-    return settings
+def in_precision(
+    settings: EmbeddingSettings, precision: PassagePrecision, shape: Shape = "passages"
+) -> EmbeddingSettings:
+    """A KB's passages (or, `shape` "queries", the retriever's questions) in `precision`: int8, int8-mixed and
+    int8-block swap the packaged e5's float32 ONNX graph for that int8 graph, and auto for the faster of float32
+    and int8-block on this CPU (fastest_precision); any other model, and e5 on torch or already int8, stays as it
+    is (only e5 has ONNX graphs: the others run on torch)."""
+    if precision == "float32" or settings.model != E5_MODEL_NAME or settings.backend != "onnx":
+        return settings
+    resolved = fastest_precision(settings, shape) if precision == "auto" else precision
+    if resolved == "float32":
+        return settings
+    return settings.model_copy(update={"backend": _PASSAGE_BACKENDS[resolved]})
+
+
+def fastest_precision(settings: EmbeddingSettings, shape: Shape) -> Choice:
+    """float32 or int8-block, whichever the packaged e5 runs faster on this CPU for `shape`: measured once per
+    CPU and kept in the model cache (ragkb_models.precision_choice), so the first call may take seconds."""
+    folder = convert_e5(settings.cache_dir)
+    graphs = {name: ensure_onnx_model(folder, graph_precision(name)) for name in CHOICES}
+    one_thread = settings.model_copy(update={"threads": 1})
+    return choose(folder, shape, lambda path: e5_onnx_embedder(one_thread, folder, path), graphs)
 
 
 def build_embedder_files(settings: EmbeddingSettings) -> bool:
@@ -208,6 +224,7 @@ def build_embedder_files(settings: EmbeddingSettings) -> bool:
         ensure_onnx_model(folder, "int8")
         ensure_onnx_model(folder, "int8-mixed")
         ensure_onnx_model(folder, "int8-block")
+        fastest_precision(settings, "passages")  # measured now, so that no first document waits for it
     return True
 
 

@@ -81,10 +81,12 @@ class RetrieverServerSettings(HttpServerSettings):
     embed_threads: int = Field(default=0, ge=0)
     # The packaged e5's graph that embeds queries (on ONNX; other models run on torch in float32): one of a KB's
     # passage precisions (ragkb_core.kb_settings.PassagePrecision), whatever the KBs' passages are in (every
-    # graph's vectors are ≥ 0.99 cosine to float32's). int8-block (the default) is ~1.2× faster per query than
-    # float32 and as exact (1 − cosine ~0.0001); int8-mixed takes about half float32's CPU but moves the vectors
-    # ~10× more. README, Benchmarks: int8-block, for what each does to quality.
-    query_precision: PassagePrecision = "int8-block"
+    # graph's vectors are ≥ 0.99 cosine to float32's). auto (the default): float32 or int8-block, whichever this
+    # CPU embeds a question faster with, measured once per CPU (ragkb_models.precision_choice); the two are
+    # equally exact (1 − cosine ~0.0001) and int8-block was ~1.2× faster per query with AVX-512 VNNI, slower
+    # with AVX2 alone. int8-mixed takes about half float32's CPU but moves the vectors ~10× more. README,
+    # Benchmarks: int8-block, for what each does to quality.
+    query_precision: PassagePrecision = "auto"
 
     @model_validator(mode="before")
     @classmethod
@@ -134,4 +136,4 @@ def query_embedding_settings(settings: RetrieverSettings) -> EmbeddingSettings:
     model's dimension), so the runtime is set up for one short text at a time."""
     server = settings.retriever
     threads = server.embed_threads or min(available_cores(), QUERY_THREADS_CAP)
-    return in_precision(settings.embedding, server.query_precision).model_copy(update={"threads": threads})
+    return in_precision(settings.embedding, server.query_precision, "queries").model_copy(update={"threads": threads})

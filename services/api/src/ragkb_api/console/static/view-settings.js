@@ -30,7 +30,7 @@ export async function settingsView(ctx) {
   description.value = kb.description;
   const noise = el("textarea", { rows: 3, class: "mono", disabled: !admin });
   noise.value = kb.chunking.noise_patterns.join("\n");
-  const precision = select([["float32", t("settings.precisionFloat32")], ["int8-block", t("settings.precisionInt8Block")], ["int8-mixed", t("settings.precisionInt8Mixed")], ["int8", t("settings.precisionInt8")]], kb.chunking.passage_precision, { disabled: !admin });
+  const precision = select([["auto", t("settings.precisionAuto")], ["float32", t("settings.precisionFloat32")], ["int8-block", t("settings.precisionInt8Block")], ["int8-mixed", t("settings.precisionInt8Mixed")], ["int8", t("settings.precisionInt8")]], kb.chunking.passage_precision, { disabled: !admin });
   const hybrid = input({ type: "checkbox", checked: kb.retrieval.hybrid, disabled: !admin });
   const fusion = select([["dbsf", "DBSF"], ["rrf", "RRF"]], kb.retrieval.fusion, { disabled: !admin });
   const rerank = select([["auto", t("settings.rerankAuto")], ["true", t("settings.rerankOn")], ["false", t("settings.rerankOff")]], kb.retrieval.rerank === null ? "auto" : String(kb.retrieval.rerank), { disabled: !admin });
