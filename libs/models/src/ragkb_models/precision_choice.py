@@ -1,7 +1,7 @@
 """The `auto` precision of the packaged e5: float32 or int8-block, whichever this CPU runs faster, measured once.
 
 Why measure rather than pick one: int8-block (ONNX Runtime's MatMulNBits, int8 activations per block) ran ~1.3×
-float32's speed on CPUs with int8 dot-product instructions (AVX-512 VNNI), and 0.78–0.82× on an AVX2-only EPYC
+float32's speed on CPUs with int8 dot-product instructions (AVX-512 VNNI), and 0.75–0.82× on an AVX2-only EPYC
 (README, Benchmarks: *Which graph is faster depends on the CPU*). The two graphs answer alike (int8-block within
 0.0013 nDCG@10 of float32 in every mode), so the choice is speed alone, and only a run on the CPU itself says
 which is faster: the kernels ONNX Runtime picks depend on its version and on the instructions present.
