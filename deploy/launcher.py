@@ -20,7 +20,6 @@ import argparse
 import contextlib
 import ctypes
 import os
-import secrets
 import signal
 import subprocess
 import sys
@@ -30,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ragkb_api.settings import ApiSettings
+from ragkb_core.ids import new_secret
 from ragkb_core.settings import HttpServerSettings
 from ragkb_retriever.settings import RetrieverSettings
 from ragkb_worker.settings import WorkerSettings
@@ -236,7 +236,7 @@ def _terminate_with_parent() -> None:
 def _ensure_secrets(env: dict[str, str]) -> str:
     """A fresh internal service token per run (unless one is set), and a bootstrap admin key: the configured
     one, or one generated once into var/admin.key (mode 0600). Returns how to get an admin key."""
-    env.setdefault("RAGKB_SERVICE_TOKEN", secrets.token_urlsafe(32))
+    env.setdefault("RAGKB_SERVICE_TOKEN", new_secret())
     if env.get(BOOTSTRAP_ENV):
         return f"the admin key is the value of {BOOTSTRAP_ENV}"
     if not ADMIN_KEY_FILE.exists():
@@ -244,7 +244,7 @@ def _ensure_secrets(env: dict[str, str]) -> str:
         # O_EXCL and the mode at creation: the key is never readable by others, not even for a moment.
         descriptor = os.open(ADMIN_KEY_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "w") as handle:
-            handle.write(secrets.token_urlsafe(32) + "\n")
+            handle.write(new_secret() + "\n")
     env[BOOTSTRAP_ENV] = ADMIN_KEY_FILE.read_text().strip()
     return f"KEY=$(cat {ADMIN_KEY_FILE.resolve()})   # the admin key; send it as: Authorization: Bearer $KEY"
 

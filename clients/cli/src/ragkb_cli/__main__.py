@@ -251,7 +251,11 @@ def _connection(suppress: bool = False) -> argparse.ArgumentParser:
     url_default = argparse.SUPPRESS if suppress else url
     key_default = argparse.SUPPRESS if suppress else None
     parent.add_argument("--url", default=url_default, help=f"server URL (env RAGKB_URL; now {url})")
-    parent.add_argument("--key", default=key_default, help="API key (env RAGKB_API_KEY; else ./var/admin.key)")
+    parent.add_argument(
+        "--key",
+        default=key_default,
+        help="API key (env RAGKB_API_KEY; else ./var/admin.key); one that begins with - as --key=KEY",
+    )
     return parent
 
 

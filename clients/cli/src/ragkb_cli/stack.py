@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import re
-import secrets
 import signal
 import socket
 import subprocess
@@ -38,6 +37,10 @@ def free_port() -> int:
 def stack_env(workdir: Path, redis_url: str, **overrides: str) -> dict[str, str]:
     """The environment of a stack on `workdir`: free ports, data under it, fresh secrets, no rate limit (a
     benchmark's or a test's clients would otherwise measure the limiter). `overrides` win."""
+    # Here, not at the top: the CLI package needs httpx alone, and a stack runs only from a checkout whose
+    # environment holds the services' packages (ragkb_core among them).
+    from ragkb_core.ids import new_secret
+
     env = {
         **os.environ,
         "RAGKB_API__PORT": str(free_port()),
@@ -47,8 +50,8 @@ def stack_env(workdir: Path, redis_url: str, **overrides: str) -> dict[str, str]
         "RAGKB_BLOBS__ROOT": str(workdir / "blobs"),
         "RAGKB_QDRANT__PATH": str(workdir / "index"),
         "RAGKB_REDIS__URL": redis_url,
-        "RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": secrets.token_urlsafe(32),
-        "RAGKB_SERVICE_TOKEN": secrets.token_urlsafe(32),
+        "RAGKB_AUTH__BOOTSTRAP_ADMIN_KEY": new_secret(),
+        "RAGKB_SERVICE_TOKEN": new_secret(),
         "RAGKB_RATE_LIMIT__REQUESTS_PER_MINUTE": "0",
     }
     env.pop("RAGKB_RETRIEVER__URL", None)  # the launcher derives it from the retriever's port

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+import secrets
 import uuid
 
 # Fixed namespace so that point ids are the same on every machine and in every run.
@@ -22,6 +23,15 @@ def new_id() -> str:
 
 def is_id(value: str) -> bool:
     return re.fullmatch(ID_PATTERN, value) is not None
+
+
+def new_secret() -> str:
+    """A generated secret (the bootstrap admin key, the internal service token): 32 random bytes, URL-safe, and
+    never starting with "-". One in 64 of plain token_urlsafe does, and a command line then takes it for an
+    option: `ragkb --key -Xy…` fails with "expected one argument"."""
+    while (secret := secrets.token_urlsafe(32)).startswith("-"):
+        pass
+    return secret
 
 
 # A chunk's id in an embedded (Edge) index is a 64-bit number: the engine hands a number back as a Python int,
