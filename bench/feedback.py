@@ -465,7 +465,8 @@ def second_model_in_dense_leg(m: Matrices, first: FirstPass, weight: float, dept
     combined = (first.dense_scores + weight * second_model_scores(m)) / (1 + weight)
 
     def rank(i: int) -> list[int]:
-        legs = Legs(top(combined[i], depth, positive_only=False), top(first.keyword_scores[i], depth, True))
+        keyword = top(first.keyword_scores[i], depth, positive_only=True)
+        legs = Legs(top(combined[i], depth, positive_only=False), keyword)
         return fuse(legs, Config("v2", 2, "dbsf", 1.0, 0, depth))
 
     return rank

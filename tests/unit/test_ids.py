@@ -53,7 +53,7 @@ def test_an_older_uuid_id_passes_as_it_is_and_is_never_read_as_a_number() -> Non
 
 def test_a_generated_secret_never_starts_with_a_dash() -> None:
     # One in 64 of plain token_urlsafe does, and `ragkb --key -Xy…` then fails as a missing option value: among
-    # 2,000 draws of it ~31 would, so the loop below meets that case.
+    # 2,000 draws of it ~31 would, so new_secret meets that case here many times over.
     drawn = [ids.new_secret() for _ in range(2000)]
     assert not any(secret.startswith("-") for secret in drawn)
     assert all(len(secret) == 43 for secret in drawn)
