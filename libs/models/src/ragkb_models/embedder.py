@@ -1,7 +1,8 @@
 """The embedder every process uses: prefixes, batching and token counting around one encoder runtime.
 
 `load_embedder(settings)` is the only place that picks a runtime. The packaged multilingual-e5-small runs on
-ONNX Runtime (float32, or int8 weights) or torch; any other sentence-transformers model runs on torch.
+ONNX Runtime (float32, or int8 weights) or torch, the packaged all-MiniLM-L6-v2 on float32 ONNX Runtime or torch;
+any other sentence-transformers model runs on torch.
 `EmbedderPool` holds the models a server may run (the default and EmbeddingSettings.allowed_models) by name."""
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from numpy.typing import NDArray
 from tokenizers import Tokenizer
 
 from ragkb_core.kb_settings import PassagePrecision
-from ragkb_core.settings import EmbeddingSettings
+from ragkb_core.settings import PACKAGED_MINILM_MODEL, EmbeddingSettings
 from ragkb_models.e5_convert import E5_MODEL_NAME, convert_e5
 from ragkb_models.onnx_encoder import OnnxEncoder, Precision, ensure_onnx_model
+from ragkb_models.packaged_minilm import packaged_minilm_folder
 from ragkb_models.precision_choice import CHOICES, Choice, Shape, choose, graph_precision
 
 logger = logging.getLogger(__name__)
@@ -205,7 +207,7 @@ def fastest_precision(settings: EmbeddingSettings, shape: Shape) -> Choice:
     folder = convert_e5(settings.cache_dir)
     graphs = {name: ensure_onnx_model(folder, graph_precision(name)) for name in CHOICES}
     one_thread = settings.model_copy(update={"threads": 1})
-    return choose(folder, shape, lambda path: e5_onnx_embedder(one_thread, folder, path), graphs)
+    return choose(folder, shape, lambda path: onnx_embedder(one_thread, folder, path), graphs)
 
 
 def build_embedder_files(settings: EmbeddingSettings) -> bool:
@@ -213,8 +215,8 @@ def build_embedder_files(settings: EmbeddingSettings) -> bool:
     once, a check of the build markers after that (a full load costs an ONNX session and seconds more at every
     start). The int8 graphs too on float32 ONNX: KBs may embed their passages in int8 (KbChunking.
     passage_precision), and the retriever embeds queries in one (RAGKB_RETRIEVER__QUERY_PRECISION); neither a first
-    document nor a retriever's start must wait for a quantisation. False for any other model: only loading it
-    fetches what it needs."""
+    document nor a retriever's start must wait for a quantisation. The packaged MiniLM (any KB's second model)
+    is copied and its graph built too. False for any other default model: only loading it fetches what it needs."""
     if settings.model != E5_MODEL_NAME:
         return False
     folder = convert_e5(settings.cache_dir)
@@ -225,6 +227,11 @@ def build_embedder_files(settings: EmbeddingSettings) -> bool:
         ensure_onnx_model(folder, "int8-mixed")
         ensure_onnx_model(folder, "int8-block")
         fastest_precision(settings, "passages")  # measured now, so that no first document waits for it
+    # The packaged MiniLM, which any KB may take as its second model: copied and built now too, so that a cache
+    # made read-only after this (a container image) has it.
+    minilm = packaged_minilm_folder(settings.cache_dir)
+    if settings.backend != "torch":
+        ensure_onnx_model(minilm, "fp32")
     return True
 
 
@@ -232,21 +239,36 @@ def _load(settings: EmbeddingSettings) -> Embedder:
     backend: Backend = settings.backend
     if settings.model == E5_MODEL_NAME:
         return _load_e5(settings, backend)
+    if settings.model == PACKAGED_MINILM_MODEL:
+        return _load_packaged_minilm(settings, backend)
     if backend != "torch":
-        logger.warning("ONNX graphs are built only for %s; running %s on torch", E5_MODEL_NAME, settings.model)
+        logger.warning(
+            "ONNX graphs are built only for %s and %s; running %s on torch",
+            E5_MODEL_NAME,
+            PACKAGED_MINILM_MODEL,
+            settings.model,
+        )
     return _load_torch(settings, settings.model)
+
+
+def _load_packaged_minilm(settings: EmbeddingSettings, backend: Backend) -> Embedder:
+    """The packaged MiniLM: float32 ONNX on any ONNX backend (ragkb_models.packaged_minilm), else torch."""
+    folder = packaged_minilm_folder(settings.cache_dir)
+    if backend == "torch":
+        return _load_torch(settings, str(folder))
+    return onnx_embedder(settings, folder, ensure_onnx_model(folder, "fp32"))
 
 
 def _load_e5(settings: EmbeddingSettings, backend: Backend) -> Embedder:
     folder = convert_e5(settings.cache_dir)
     if backend == "torch":
         return _load_torch(settings, str(folder))
-    return e5_onnx_embedder(settings, folder, ensure_onnx_model(folder, _ONNX_PRECISION[backend]))
+    return onnx_embedder(settings, folder, ensure_onnx_model(folder, _ONNX_PRECISION[backend]))
 
 
-def e5_onnx_embedder(settings: EmbeddingSettings, folder: Path, model_path: Path) -> Embedder:
-    """The packaged e5 (converted into `folder`) running the ONNX graph at `model_path` (bench/query_encoder.py
-    runs candidate graphs through it too)."""
+def onnx_embedder(settings: EmbeddingSettings, folder: Path, model_path: Path) -> Embedder:
+    """A packaged model (e5 converted into `folder`, or MiniLM copied there) running the ONNX graph at
+    `model_path` (bench/query_encoder.py runs candidate graphs through it too)."""
     tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
     max_seq_length = _read_json(folder / "sentence_bert_config.json")["max_seq_length"]
     pad_id = _read_json(folder / "config.json")["pad_token_id"]

@@ -48,24 +48,43 @@ class IndexService:
         self._index = index
         self._models = models
 
-    def create_kb(self, kb_id: str, layout: KbIndexLayout | None = None) -> KbIndexInfo:
-        """A new KB is embedded with the default model; `layout` places it on a Qdrant cluster."""
+    def create_kb(
+        self, kb_id: str, layout: KbIndexLayout | None = None, second_model: str | None = None
+    ) -> KbIndexInfo:
+        """A new KB is embedded with the default model; `layout` places it on a Qdrant cluster; `second_model`
+        (KbChunking.second_model) gives its index room for that model's vectors too (loaded here, so that a
+        model this retriever cannot run is refused before the KB exists)."""
         dense_size = self._models.get().dimension
-        applied = self._index.create_kb(kb_id, dense_size=dense_size, layout=layout)
+        second_size = self._second_size(second_model)
+        applied = self._index.create_kb(kb_id, dense_size=dense_size, layout=layout, second_size=second_size)
         return KbIndexInfo(
-            kb_id=kb_id, embedding_model=self._models.default_model, dense_size=dense_size, layout=applied
+            kb_id=kb_id,
+            embedding_model=self._models.default_model,
+            dense_size=dense_size,
+            layout=applied,
+            second_model=second_model,
+            second_size=second_size,
         )
+
+    def _second_size(self, second_model: str | None) -> int | None:
+        return None if second_model is None else self._models.get(second_model).dimension
 
     def drop_kb(self, kb_id: str) -> None:
         self._index.drop_kb(kb_id)
 
-    def create_generation(self, kb_id: str, dense_size: int | None = None, embedding_model: str | None = None) -> int:
+    def create_generation(
+        self,
+        kb_id: str,
+        dense_size: int | None = None,
+        embedding_model: str | None = None,
+        second_model: str | None = None,
+    ) -> int:
         """A new, empty, not yet live generation for `embedding_model`'s vectors (loading it here, so that a
         model this retriever cannot run is refused before a job starts), or of `dense_size`; neither: the
-        default model's."""
+        default model's. `second_model`: with room for that model's vectors too (KbChunking.second_model)."""
         if embedding_model is not None or dense_size is None:
             dense_size = self._models.get(embedding_model).dimension
-        return self._index.create_generation(kb_id, dense_size)
+        return self._index.create_generation(kb_id, dense_size, second_size=self._second_size(second_model))
 
     def generations(self, kb_id: str) -> KbGenerations:
         info = self._index.generations(kb_id)
@@ -207,6 +226,7 @@ def _point(document: DocumentPoints, index: int, numbered: bool) -> IndexPoint:
         dense=chunk.dense,
         sparse=chunk.sparse,
         payload=payload,
+        second=chunk.second,
     )
 
 
@@ -234,6 +254,7 @@ def _chunk_point(point: IndexPoint) -> ChunkPoint:
         text=str(payload["text"]),
         dense=point.dense,
         sparse=point.sparse,
+        second=point.second,
         heading_path=list(payload.get("heading_path") or []),
         page=payload.get("page"),
         char_start=int(payload.get("char_start") or 0),

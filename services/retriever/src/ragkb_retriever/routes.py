@@ -56,6 +56,9 @@ class GenerationCreate(BaseModel):
     embedding_model: str | None = Field(
         default=None, min_length=1, description="the model the generation is for (its dimension); null: the default"
     )
+    second_model: str | None = Field(
+        default=None, min_length=1, description="the KB's second model (its vectors' size); null: none"
+    )
 
 
 class ExternalProbeRequest(BaseModel):
@@ -94,8 +97,16 @@ class IndexController(Controller):
     tags = ["index"]
 
     @put("/{kb_id:str}", sync_to_thread=True, summary="Create a KB's index (idempotent)")
-    def create_kb(self, kb_id: KbId, index_service: IndexService, data: KbIndexLayout | None = None) -> KbIndexInfo:
-        return index_service.create_kb(kb_id, data)
+    def create_kb(
+        self,
+        kb_id: KbId,
+        index_service: IndexService,
+        data: KbIndexLayout | None = None,
+        second_model: Annotated[
+            str | None, Parameter(min_length=1, max_length=200, description="the KB's second model; none: none")
+        ] = None,
+    ) -> KbIndexInfo:
+        return index_service.create_kb(kb_id, data, second_model)
 
     @delete("/{kb_id:str}", status_code=204, sync_to_thread=True, summary="Drop a KB's index, every generation")
     def drop_kb(self, kb_id: KbId, index_service: IndexService) -> None:
@@ -103,7 +114,8 @@ class IndexController(Controller):
 
     @post("/{kb_id:str}/generations", status_code=201, sync_to_thread=True, summary="Create a new, not live generation")
     def create_generation(self, kb_id: KbId, data: GenerationCreate, index_service: IndexService) -> dict[str, int]:
-        return {"generation": index_service.create_generation(kb_id, data.dense_size, data.embedding_model)}
+        generation = index_service.create_generation(kb_id, data.dense_size, data.embedding_model, data.second_model)
+        return {"generation": generation}
 
     @get("/{kb_id:str}/generations", sync_to_thread=True, summary="The KB's generations and the live one")
     def generations(self, kb_id: KbId, index_service: IndexService) -> KbGenerations:

@@ -46,7 +46,7 @@ from ragkb_retriever.external import ExternalSearch, needs_query_vector
 from ragkb_retriever.external.passages import source_link
 from ragkb_retriever.feedback import moved_query
 from ragkb_retriever.index.filters import ordinal_window_filter
-from ragkb_retriever.index.port import IndexHit, LegResults, VectorIndex, no_results
+from ragkb_retriever.index.port import IndexHit, LegResults, SecondQuery, VectorIndex, no_results
 from ragkb_retriever.query_vectors import QueryVectorCache
 from ragkb_retriever.reranking import RerankerPool, RerankOutcome
 
@@ -220,15 +220,19 @@ class SearchService:
         return wanted
 
     def _embed(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> dict[str | None, list[float]]:
-        models = self._models(parts)
+        models = sorted(self._models(parts), key=str)
         with watch.stage("embed", runs=bool(models)):
-            # One vector per distinct model, in a fixed order: KBs of one model share it.
-            return {model: self._query_vector(model, text) for model in sorted(models, key=str)}
+            # One vector per distinct model: KBs of one model share it. Several models (a KB's second model, KBs
+            # of different models) embed at once: the runtimes release the interpreter while they compute.
+            others = {model: self._pool.submit(self._query_vector, model, text) for model in models[1:]}
+            vectors = {model: self._query_vector(model, text) for model in models[:1]}
+            return vectors | {model: future.result() for model, future in others.items()}
 
     @staticmethod
     def _models(parts: Sequence[KbPart]) -> set[str | None]:
-        """The embedding models whose vector of the question the parts need."""
-        return {part.kb.embedding_model for part in parts if part.mode != "keyword" and needs_query_vector(part.kb)}
+        """The embedding models whose vector of the question the parts need (their second models' too)."""
+        models = {part.kb.embedding_model for part in parts if part.mode != "keyword" and needs_query_vector(part.kb)}
+        return models | {part.kb.second_model for part in parts if _runs_second(part)}
 
     def _analyze(self, text: str, parts: Sequence[KbPart], watch: Stopwatch) -> dict[str, SparseTerms]:
         analyzed = [part for part in parts if needs_query_vector(part.kb) and self._needs_terms(part)]
@@ -304,6 +308,11 @@ class SearchService:
             retrieval = part.kb.retrieval
             dense = vectors.dense_by_model[part.kb.embedding_model] if self._runs_dense(part) else None
             sparse = self._keyword_terms(part, vectors.sparse_by_analyzer)
+            second = (
+                SecondQuery(vectors.dense_by_model[part.kb.second_model], retrieval.second_weight)
+                if _runs_second(part)
+                else None
+            )
             if part.kb.external is not None:
                 try:
                     return self._external_part(text, part, dense, sparse)
@@ -320,11 +329,12 @@ class SearchService:
                 part.depth,
                 leg_payloads=explain,
                 keyword_leg=None if started is None else started.result().keyword,
+                second=second,
             )
             as_asked = None
             # Measured (bench/feedback.py) and so applied on hybrid searches only: both legs ran.
             if dense is not None and sparse is not None and sparse.indices and retrieval.feeds_back and legs.fused:
-                legs, as_asked = self._second_pass(part, dense, sparse, legs, explain=explain)
+                legs, as_asked = self._second_pass(part, dense, sparse, legs, explain=explain, second=second)
             calibration = self._calibration(part.kb)
             terms = vectors.sparse_by_analyzer.get(self._bm25_for(part.kb.analyzer).version)
             coverage = self._coverages(part.kb, terms, legs.fused if legs.dense else [], calibration)
@@ -356,9 +366,10 @@ class SearchService:
         *,
         leg_payloads: bool,
         keyword_leg: Sequence[IndexHit] | None = None,
+        second: SecondQuery | None = None,
     ) -> LegResults:
         """One search of the KB's index with its retrieval settings: `limit` fused passages (`keyword_leg`: its
-        keyword leg, already run)."""
+        keyword leg, already run; `second`: the second model's leg, where the KB runs one)."""
         retrieval = kb.retrieval
         return self._index.search(
             kb.kb_id,
@@ -374,6 +385,7 @@ class SearchService:
             generation=kb.generation,
             leg_payloads=leg_payloads,
             keyword_leg=keyword_leg,
+            second=second,
         )
 
     def _feedback_vector(self, kb: KbSearch, dense: list[float], first: LegResults) -> list[float]:
@@ -383,7 +395,14 @@ class SearchService:
         return moved_query(dense, [vectors[i] for i in best if i in vectors], kb.retrieval.feedback_weight)
 
     def _second_pass(
-        self, part: KbPart, dense: list[float], sparse: SparseTerms | None, first: LegResults, *, explain: bool
+        self,
+        part: KbPart,
+        dense: list[float],
+        sparse: SparseTerms | None,
+        first: LegResults,
+        *,
+        explain: bool,
+        second: SecondQuery | None = None,
     ) -> tuple[LegResults, AsAsked]:
         """Dense pseudo-relevance feedback: the KB searched again with the moved vector. Relevance keeps reading
         each passage's cosine with the question as asked (the calibration was fitted on those; the moved vector
@@ -391,12 +410,12 @@ class SearchService:
         found are read too; one only the keyword leg found keeps the first pass's lowest, as without feedback."""
         kb = part.kb
         moved = self._feedback_vector(kb, dense, first)
-        second = self._engine_search(kb, part.scope, moved, sparse, part.depth, leg_payloads=explain)
-        in_dense_leg = {hit.id for hit in second.dense}
-        found_by_dense = [hit.id for hit in second.fused if hit.id in in_dense_leg or not second.keyword]
+        again = self._engine_search(kb, part.scope, moved, sparse, part.depth, leg_payloads=explain, second=second)
+        in_dense_leg = {hit.id for hit in again.dense}
+        found_by_dense = [hit.id for hit in again.fused if hit.id in in_dense_leg or not again.keyword]
         answered = self._index.dense_vectors(kb.kb_id, found_by_dense, generation=kb.generation)
         lowest = first.dense[-1].score if first.dense else None
-        return second, AsAsked({point: cosine(dense, vector) for point, vector in answered.items()}, lowest)
+        return again, AsAsked({point: cosine(dense, vector) for point, vector in answered.items()}, lowest)
 
     def _external_part(
         self, text: str, part: KbPart, dense: list[float] | None, sparse: SparseTerms | None
@@ -459,9 +478,15 @@ class SearchService:
         def one_question(text: str) -> QueryLegs:
             dense = self._query_vector(kb.embedding_model, text)
             sparse = encoder.encode_query(text)
+            second = None
+            if _runs_second(KbPart(kb.kb_id, kb, "hybrid", query.scope, reranks=False)):
+                assert kb.second_model is not None  # _runs_second
+                second = SecondQuery(self._query_vector(kb.second_model, text), kb.retrieval.second_weight)
             if kb.retrieval.feeds_back and kb.retrieval.hybrid and sparse.indices:
                 # The legs the KB's second pass runs (its first pass with its current fusion settings).
-                first = self._engine_search(kb, query.scope, dense, sparse, kb.retrieval.top_k, leg_payloads=False)
+                first = self._engine_search(
+                    kb, query.scope, dense, sparse, kb.retrieval.top_k, leg_payloads=False, second=second
+                )
                 dense = self._feedback_vector(kb, dense, first) if first.fused else dense
             found = self._index.search(
                 kb.kb_id,
@@ -473,11 +498,14 @@ class SearchService:
                 qdrant_rrf_k(kb.retrieval.rrf_k),
                 generation=kb.generation,
                 leg_payloads=True,
+                second=second,
             )
-            everyone = [*found.dense, *found.keyword]
+            everyone = [*found.dense, *found.keyword, *found.second]
             coverage = self._coverages(kb, sparse, everyone if found.dense else [], calibration)
             return QueryLegs(
-                dense=leg_candidates(found.dense, coverage), keyword=leg_candidates(found.keyword, coverage)
+                dense=leg_candidates(found.dense, coverage),
+                keyword=leg_candidates(found.keyword, coverage),
+                second=leg_candidates(found.second, coverage),
             )
 
         calibration = self._calibration(kb)
@@ -519,6 +547,13 @@ class SearchService:
             self._external.close()
 
 
+def _runs_second(part: KbPart) -> bool:
+    """Whether the part runs its KB's second model's leg: in hybrid searches of a KB that has one (where it was
+    measured, bench/feedback.py), at a weight above 0."""
+    kb = part.kb
+    return kb.second_model is not None and part.mode == "hybrid" and kb.retrieval.second_weight > 0
+
+
 def _doc_types_in_scope(scope: ScopeFilter) -> list[DocType]:
     return [doc_type for doc_type in DOC_TYPES if scope.doc_types is None or doc_type in scope.doc_types]
 
@@ -558,6 +593,7 @@ def _annotated_hits(
     coverage = coverage or {}
     dense_ranks = _ranks(legs.dense)
     keyword_ranks = _ranks(legs.keyword)
+    second_ranks = _ranks(legs.second)
     # A passage only the keyword leg found is at most as close to the question as the dense leg's last.
     lowest_cosine = legs.dense[-1].score if legs.dense else None
     if as_asked is not None:
@@ -566,6 +602,8 @@ def _annotated_hits(
     for rank, found in enumerate(legs.fused, start=1):
         hit = _hit(kb.kb_id, found, dense_ranks.get(found.id), keyword_ranks.get(found.id), kb.name)
         hit.fused_rank, hit.fused_score = rank, found.score
+        if (second := second_ranks.get(found.id)) is not None:
+            hit.second_rank, hit.second_score = second
         cosine = hit.dense_score if hit.dense_score is not None else lowest_cosine
         if as_asked is not None:
             cosine = as_asked.cosines.get(found.id, lowest_cosine)
@@ -599,7 +637,12 @@ def _text_key(text: str) -> str:
 def _leg_rankings(part: KbPart, legs: LegResults) -> list[LegRanking]:
     """The legs' own rankings (explain): where each candidate stood before fusion."""
     rankings = []
-    for leg_name, leg_hits in (("dense", legs.dense), ("keyword", legs.keyword)):
+    named: tuple[tuple[Literal["dense", "keyword", "second"], list[IndexHit]], ...] = (
+        ("dense", legs.dense),
+        ("keyword", legs.keyword),
+        ("second", legs.second),
+    )
+    for leg_name, leg_hits in named:
         if leg_hits:
             entries = [
                 LegRankingEntry(

@@ -34,6 +34,7 @@ from ragkb_store.ledger.ranges import CompletedSplit, PlannedRange, RangeFinish,
 from ragkb_worker.chunking import Chunk
 from ragkb_worker.pipeline import (
     Bm25EncoderFor,
+    Embedded,
     IngestOutcome,
     PassageEncoderFor,
     StageClock,
@@ -183,14 +184,20 @@ class LongDocuments:
             self._encoder_for(work.embedding_model, claim.chunking.passage_precision),
         )
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
+        second_model = claim.chunking.second_model
         embedded = embed_in_slices(
-            texts, [claim.title] * len(texts), encoder, bm25, lambda: self._ranges.renew_range(work)
+            texts,
+            [claim.title] * len(texts),
+            encoder,
+            bm25,
+            lambda: self._ranges.renew_range(work),
+            second=None if second_model is None else self._encoder_for(second_model, "float32"),
         )
         if embedded is None or (current := self._ranges.renew_range(work)) is None:
             return IngestOutcome(claim.document_id, "superseded")
         check_same_model(work.claim, current)
         timings = {"embed": round(time.perf_counter() - started, 4)}
-        finished = self._ranges.finish_range(work, timings, encode_vectors(*embedded, bm25.version))
+        finished = self._ranges.finish_range(work, timings, encode_vectors(embedded, bm25.version))
         if finished == RangeFinish.GONE:  # its version failed, was replaced or deleted meanwhile
             return IngestOutcome(claim.document_id, "superseded")
         if finished == RangeFinish.WAITING:
@@ -225,25 +232,42 @@ class LongDocuments:
         self._publisher.withdraw(claim)
 
 
-def encode_vectors(dense: NDArray[np.float32], sparse: list[SparseTerms], analyzer_version: str) -> dict[str, Any]:
-    """A range's vectors as its row keeps them: dense as float32 bytes (exact), BM25 terms as they are."""
-    return {
-        "dense": base64.b64encode(np.ascontiguousarray(dense, dtype=np.float32).tobytes()).decode("ascii"),
-        "dimension": int(dense.shape[1]),
-        "sparse": [terms.model_dump() for terms in sparse],
+def encode_vectors(embedded: Embedded, analyzer_version: str) -> dict[str, Any]:
+    """A range's vectors as its row keeps them: dense (and the second model's, where the KB has one) as float32
+    bytes (exact), BM25 terms as they are."""
+    encoded: dict[str, Any] = {
+        "dense": _float32_text(embedded.dense),
+        "dimension": int(embedded.dense.shape[1]),
+        "sparse": [terms.model_dump() for terms in embedded.sparse],
         "analyzer_version": analyzer_version,
     }
+    if embedded.second is not None:
+        encoded |= {"second": _float32_text(embedded.second), "second_dimension": int(embedded.second.shape[1])}
+    return encoded
+
+
+def _float32_text(vectors: NDArray[np.float32]) -> str:
+    return base64.b64encode(np.ascontiguousarray(vectors, dtype=np.float32).tobytes()).decode("ascii")
+
+
+def _float32_rows(text: str, dimension: int) -> NDArray[np.float32]:
+    return np.frombuffer(base64.b64decode(text), dtype=np.float32).reshape(-1, dimension)
 
 
 def assembled_points(claim: Claim, completed: CompletedSplit) -> DocumentPoints:
     """The version's points from every range, in page order, with the whole document's ordinals."""
     chunks: list[Chunk] = []
     dense: list[NDArray[np.float32]] = []
+    second: list[NDArray[np.float32]] = []
     sparse: list[SparseTerms] = []
     for built in completed.ranges:
+        vectors = built.vectors
         chunks.extend(_chunk(fields) for fields in built.chunks)
-        raw = np.frombuffer(base64.b64decode(built.vectors["dense"]), dtype=np.float32)
-        dense.append(raw.reshape(-1, int(built.vectors["dimension"])))
-        sparse.extend(SparseTerms.model_validate(terms) for terms in built.vectors["sparse"])
+        dense.append(_float32_rows(vectors["dense"], int(vectors["dimension"])))
+        if "second" in vectors:
+            second.append(_float32_rows(vectors["second"], int(vectors["second_dimension"])))
+        sparse.extend(SparseTerms.model_validate(terms) for terms in vectors["sparse"])
     analyzer_version = str(completed.ranges[0].vectors["analyzer_version"])
-    return document_points(claim, chunks, np.concatenate(dense), sparse, analyzer_version)
+    # Every range of a version is built with its claim's settings: all have second vectors, or none.
+    embedded = Embedded(np.concatenate(dense), sparse, np.concatenate(second) if second else None)
+    return document_points(claim, chunks, embedded, analyzer_version)

@@ -137,6 +137,7 @@ class IngestPipeline:
         # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
         encoder = self._encoder_for(claim.embedding_model, claim.chunking.passage_precision)
+        second = self._second_encoder(claim)
         # Renewing between stages keeps the lease alive and notices a newer upload early; a claim taken moments
         # ago (a short document parses and chunks in milliseconds) has both, and its renewal would be one more
         # database commit per document for nothing (bench/ingest_profile.py).
@@ -148,13 +149,14 @@ class IngestPipeline:
         with clock.stage("embed"):
             embed_texts = [embedding_text(current.title, chunk) for chunk in chunks]
             titles = [current.title] * len(embed_texts)
-            embedded = embed_in_slices(embed_texts, titles, encoder, bm25, partial(self._ledger.renew, current))
+            embedded = embed_in_slices(
+                embed_texts, titles, encoder, bm25, partial(self._ledger.renew, current), second=second
+            )
         if embedded is None or (current := self._ledger.renew(current)) is None:
             return superseded
         check_same_model(claim, current)
-        dense, sparse = embedded
         with clock.stage("index"):
-            points = document_points(current, chunks, dense, sparse, bm25.version)
+            points = document_points(current, chunks, embedded, bm25.version)
             self._retriever.write_document(points)
         text_sha = self._blobs.put(text.encode("utf-8"))
         return self.publisher.settle(current, len(chunks), clock.seconds, report, text_sha)
@@ -193,13 +195,13 @@ class IngestPipeline:
         first = prepared[0].claim
         bm25 = self._bm25_for(first.analyzer)
         encoder = self._encoder_for(first.embedding_model, first.chunking.passage_precision)
+        second = self._second_encoder(first)
         started = time.perf_counter()
         texts = [embedding_text(document.claim.title, chunk) for document in prepared for chunk in document.chunks]
         titles = [document.claim.title for document in prepared for _ in document.chunks]
         # Each document's own state is checked by the renewal after embedding: the batch goes on meanwhile.
-        embedded = embed_in_slices(texts, titles, encoder, bm25, heartbeat)
+        embedded = embed_in_slices(texts, titles, encoder, bm25, heartbeat, second=second)
         assert embedded is not None  # renew_many answers a dict, never None
-        dense, sparse = embedded
         _share_seconds(prepared, "embed", time.perf_counter() - started)
         current = self._ledger.renew_many(document.claim for document in prepared)
         builds: list[tuple[PreparedDocument, DocumentPoints]] = []
@@ -217,7 +219,7 @@ class IngestPipeline:
             except EmbeddingModelChanged as exc:
                 batch.failed.append((document.claim, exc))
                 continue
-            points = document_points(renewed, document.chunks, dense[span], sparse[span], bm25.version)
+            points = document_points(renewed, document.chunks, embedded.sliced(span), bm25.version)
             builds.append((replace(document, claim=renewed), points))
         if builds:
             batch.outcomes.extend(self._write_and_settle(builds))
@@ -240,8 +242,8 @@ class IngestPipeline:
         if not prepared:
             return prepared
 
-        def settings(document: PreparedDocument) -> tuple[str, KbAnalyzer]:
-            return document.claim.embedding_model, document.claim.analyzer
+        def settings(document: PreparedDocument) -> tuple[str, KbAnalyzer, str | None]:
+            return document.claim.embedding_model, document.claim.analyzer, document.claim.chunking.second_model
 
         same = [document for document in prepared if settings(document) == settings(prepared[0])]
         changed = EmbeddingModelChanged("the knowledge base's model or analyzer changed while it was built")
@@ -272,15 +274,23 @@ class IngestPipeline:
         bm25 = self._bm25_for(claim.analyzer)
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
         encoder = self._encoder_for(claim.embedding_model, claim.chunking.passage_precision)
-        slices = [encoder.embed_passages(texts[i : i + EMBED_SLICE]) for i in range(0, len(texts), EMBED_SLICE)]
-        sparse = [bm25.encode_document(text, claim.title) for text in texts]
-        points = document_points(claim, chunks, np.concatenate(slices), sparse, bm25.version)
+        embedded = embed_in_slices(
+            texts, [claim.title] * len(texts), encoder, bm25, lambda: True, second=self._second_encoder(claim)
+        )
+        assert embedded is not None  # the renewal above never answers None
+        points = document_points(claim, chunks, embedded, bm25.version)
         self._retriever.write_document(points, generation=generation)
         # Another version built earlier into this generation (the document changed meanwhile) goes.
         self._retriever.delete_document(
             claim.kb_id, claim.document_id, keep_version=claim.version, generation=generation
         )
         return len(chunks)
+
+    def _second_encoder(self, claim: Claim) -> PassageEncoder | None:
+        """The encoder of the claim's second model (KbChunking.second_model), None when its KB has none. Models
+        other than the packaged e5 have no int8 graphs: float32 (KbChunking.passage_precision does not apply)."""
+        second_model = claim.chunking.second_model
+        return None if second_model is None else self._encoder_for(second_model, "float32")
 
     def _prepare(
         self, claim: Claim, clock: StageClock, heartbeat: Callable[[], object] | None = None
@@ -381,27 +391,46 @@ def check_same_model(claim: Claim, current: Claim) -> None:
         )
 
 
+@dataclass(frozen=True)
+class Embedded:
+    """The vectors of a run of chunks, row by row: dense, BM25 and, for a KB with a second model
+    (KbChunking.second_model), that model's."""
+
+    dense: NDArray[np.float32]
+    sparse: list[SparseTerms]
+    second: NDArray[np.float32] | None = None
+
+    def sliced(self, span: slice) -> Embedded:
+        second = None if self.second is None else self.second[span]
+        return Embedded(self.dense[span], self.sparse[span], second)
+
+
 def embed_in_slices(
     texts: list[str],
     titles: list[str],
     encoder: PassageEncoder,
     bm25: Bm25Encoder,
     renew: Callable[[], object | None],
-) -> tuple[NDArray[np.float32], list[SparseTerms]] | None:
-    """Dense and BM25 vectors of `texts` (each with its document's title in `titles`), a slice at a time with the
-    lease renewed in between (`renew`), so that a large document (or batch) keeps its claim, and a superseded one
-    stops early. None when superseded (`renew` answered None)."""
+    *,
+    second: PassageEncoder | None = None,
+) -> Embedded | None:
+    """Dense and BM25 vectors of `texts` (each with its document's title in `titles`), and the `second` model's
+    where the KB has one, a slice at a time with the lease renewed in between (`renew`), so that a large document
+    (or batch) keeps its claim, and a superseded one stops early. None when superseded (`renew` answered None)."""
     dense_parts: list[NDArray[np.float32]] = []
+    second_parts: list[NDArray[np.float32]] = []
     sparse: list[SparseTerms] = []
     for start in range(0, len(texts), EMBED_SLICE):
         if start and renew() is None:
             return None
         piece = slice(start, start + EMBED_SLICE)
         dense_parts.append(encoder.embed_passages(texts[piece]))
+        if second is not None:
+            second_parts.append(second.embed_passages(texts[piece]))
         sparse.extend(
             bm25.encode_document(text, title) for text, title in zip(texts[piece], titles[piece], strict=True)
         )
-    return np.concatenate(dense_parts), sparse
+    return Embedded(np.concatenate(dense_parts), sparse, np.concatenate(second_parts) if second_parts else None)
 
 
 def _share_seconds(documents: list[PreparedDocument], stage: str, seconds: float) -> None:
@@ -421,8 +450,7 @@ def embedding_text(title: str, chunk: Chunk) -> str:
 def document_points(
     claim: Claim,
     chunks: list[Chunk],
-    dense: NDArray[np.float32],
-    sparse: list[SparseTerms],
+    embedded: Embedded,
     analyzer_version: str,
     *,
     first_ordinal: int = 0,
@@ -443,13 +471,14 @@ def document_points(
             ChunkPoint(
                 ordinal=ordinal,
                 text=chunk.text,
-                dense=vector.tolist(),
-                sparse=terms,
+                dense=embedded.dense[row].tolist(),
+                sparse=embedded.sparse[row],
+                second=None if embedded.second is None else embedded.second[row].tolist(),
                 heading_path=list(chunk.heading_path),
                 page=chunk.page,
                 char_start=chunk.char_start,
                 char_end=chunk.char_end,
             )
-            for ordinal, (chunk, vector, terms) in enumerate(zip(chunks, dense, sparse, strict=True), first_ordinal)
+            for row, (ordinal, chunk) in enumerate(enumerate(chunks, first_ordinal))
         ],
     )

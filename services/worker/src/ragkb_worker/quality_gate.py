@@ -9,7 +9,7 @@ from typing import Protocol
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.contracts import KbGenerations, KbSearch, SearchQuery, SearchResult
-from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, RetrievalOverrides
 from ragkb_core.metrics import documents_in_rank_order
 from ragkb_store.db.models import KnowledgeBase
 from ragkb_store.quality_gate import (
@@ -56,6 +56,7 @@ class QualityGate:
             retrieval = KbRetrieval.model_validate(kb.retrieval)
             analyzer = KbAnalyzer.model_validate(kb.analyzer)
             model = kb.embedding_model
+            second_model = KbChunking.model_validate(kb.chunking).second_model
         if gate is None:
             return QualityCheck.skipped_because(SKIPPED_NO_SET)
         serving = self._retriever.generations(kb_id).live
@@ -63,13 +64,19 @@ class QualityGate:
             return QualityCheck.skipped_because(SKIPPED_FIRST_INDEX)
         retrieval = retrieval.with_overrides(RetrievalOverrides(top_k=GATE_DEPTH, max_blocks=GATE_DEPTH))
         old_kb = KbSearch(
-            kb_id=kb_id, retrieval=retrieval, analyzer=analyzer, embedding_model=model, generation=serving
+            kb_id=kb_id,
+            retrieval=retrieval,
+            analyzer=analyzer,
+            embedding_model=model,
+            second_model=second_model,
+            generation=serving,
         )
         new_kb = KbSearch(
             kb_id=kb_id,
             retrieval=retrieval,
             analyzer=target.settings.analyzer,
             embedding_model=target.settings.embedding_model or model,
+            second_model=target.settings.chunking.second_model,
             generation=target.generation,
         )
         old, new = self._score(gate, old_kb), self._score(gate, new_kb)

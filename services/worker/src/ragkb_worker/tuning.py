@@ -22,7 +22,7 @@ from ragkb_core.fusion import (
     answer,
     same_up_to_ties,
 )
-from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RelevanceCalibration
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, RelevanceCalibration
 from ragkb_core.metrics import Question
 from ragkb_core.tuning import SearchCheck, TuneJobParams, answer_shape, candidates, leg_depth, tune
 from ragkb_store.db.engine import transaction
@@ -117,6 +117,7 @@ class Tuner:
                 retrieval=KbRetrieval.model_validate(kb.retrieval),
                 analyzer=KbAnalyzer.model_validate(kb.analyzer),
                 embedding_model=kb.embedding_model,
+                second_model=KbChunking.model_validate(kb.chunking).second_model,
             )
             questions, qrels = load_question_set(session, params.request.question_set_id)
         return params, search, questions, qrels

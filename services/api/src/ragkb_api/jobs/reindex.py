@@ -44,15 +44,21 @@ class ReindexService:
             model = request.embedding_model or kb.embedding_model
             if model != kb.embedding_model:
                 self._embedding.require_allowed(model)
+            stored = KbChunking.model_validate(kb.chunking)
+            chunking = stored if request.chunking is None else request.chunking.keeping_second_model(stored)
+            if chunking.second_model is not None:
+                self._embedding.require_allowed(chunking.second_model)
             settings = BuildSettings(
-                chunking=request.chunking or KbChunking.model_validate(kb.chunking),
+                chunking=chunking,
                 analyzer=request.analyzer or KbAnalyzer.model_validate(kb.analyzer),
                 embedding_model=model,
             )
             documents = _indexed_documents(session, kb_id)
             # Inside the transaction: if the generation cannot be made, no job is left behind. Its vectors
             # have the size of the model it is built with.
-            generation = self._retriever.create_generation(kb_id, embedding_model=model)
+            generation = self._retriever.create_generation(
+                kb_id, embedding_model=model, second_model=chunking.second_model
+            )
             target = ReindexTarget(
                 generation=generation,
                 settings=settings,

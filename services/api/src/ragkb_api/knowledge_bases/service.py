@@ -56,12 +56,15 @@ class KnowledgeBaseService:
         if data.external is not None:
             return self._create_external(data, data.external, author_key_id)
         _check_sync_patterns(data.sync)
+        second_model = data.chunking.second_model
+        if second_model is not None:
+            self._embedding.require_allowed(second_model)
         kb_id = new_id()
         try:
             with transaction(self._sessions) as session:
                 _ensure_name_free(session, data.name)
                 # Inside the transaction: if the index cannot be created, no KB row is left behind.
-                index = self._retriever.create_kb(kb_id, data.index)
+                index = self._retriever.create_kb(kb_id, data.index, second_model=second_model)
                 kb = KnowledgeBase(
                     id=kb_id,
                     name=data.name,
@@ -150,6 +153,8 @@ class KnowledgeBaseService:
             with transaction(self._sessions) as session:
                 kb = _load_changeable_kb(session, kb_id, data)
                 _refuse_analyzer_change(kb, data.analyzer)
+                if data.chunking is not None:
+                    changes["chunking"] = _chunking_change(kb, data.chunking).model_dump()
                 if data.name is not None and data.name != kb.name:
                     _ensure_name_free(session, data.name)
                 for field, value in changes.items():
@@ -188,6 +193,20 @@ def _refuse_analyzer_change(kb: KnowledgeBase, requested: KbAnalyzer | None) -> 
             "a knowledge base's analyzer changes only by re-indexing it: every passage's terms must be made again",
             analyzer=KbAnalyzer.model_validate(kb.analyzer).model_dump(),
         )
+
+
+def _chunking_change(kb: KnowledgeBase, requested: KbChunking) -> KbChunking:
+    """The KB's new chunking: applies to documents ingested afterwards, but for its second model, whose vectors
+    its index was made for (KbChunking.second_model): left out, it stays; another one is a re-index (409)."""
+    stored = KbChunking.model_validate(kb.chunking)
+    chunking = requested.keeping_second_model(stored)
+    if chunking.second_model != stored.second_model:
+        raise Conflict(
+            "a knowledge base's second model changes only by re-indexing it (POST /v1/knowledge-bases/{kb}/reindex "
+            "with the chunking): its index must hold that model's vectors for every passage",
+            second_model=stored.second_model,
+        )
+    return chunking
 
 
 def _check_sync_patterns(sync: KbSync) -> None:

@@ -40,7 +40,7 @@ from ragkb_core.contracts import (
 )
 from ragkb_core.errors import Conflict, ExternalUnavailable, InvalidInput, NotFound, Unavailable
 from ragkb_core.external import CONFIG_ADAPTER, ExternalTarget
-from ragkb_core.kb_settings import KbAnalyzer, KbRetrieval, RetrievalOverrides
+from ragkb_core.kb_settings import KbAnalyzer, KbChunking, KbRetrieval, RetrievalOverrides
 from ragkb_core.retriever_client import RetrieverClient
 from ragkb_core.settings import LimitSettings
 from ragkb_store.db.engine import engine_of
@@ -68,8 +68,9 @@ _SEARCHABLE_KBS = select(
     cast(_KBS.analyzer, Text).label("analyzer"),
     _KBS.external,
     _KBS.external_credentials,
+    cast(_KBS.chunking, Text).label("chunking"),
 ).where(_KBS.id.in_(bindparam("ids", expanding=True)))
-KbRow = Row[Any, Any, Any, Any, Any, Any, Any, Any]
+KbRow = Row[Any, Any, Any, Any, Any, Any, Any, Any, Any]
 # Distinct settings texts whose validated models are kept: more than the KBs of most deployments.
 SETTINGS_MEMO_SIZE = 1024
 
@@ -241,6 +242,7 @@ class SearchService:
             analyzer=_analyzer_of(row.analyzer),
             # "" for a Dify endpoint, which embeds the question itself.
             embedding_model=row.embedding_model or None,
+            second_model=_second_model_of(row.chunking),
             external=self._external_target(row),
         )
 
@@ -271,6 +273,14 @@ def _retrieval_of(settings_json: str) -> KbRetrieval:
 @lru_cache(maxsize=SETTINGS_MEMO_SIZE)
 def _analyzer_of(settings_json: str) -> KbAnalyzer:
     return KbAnalyzer.model_validate_json(settings_json)
+
+
+@lru_cache(maxsize=SETTINGS_MEMO_SIZE)
+def _second_model_of(chunking_json: str | None) -> str | None:
+    """The KB's second model (KbChunking.second_model); an external KB's chunking is empty."""
+    if not chunking_json:
+        return None
+    return KbChunking.model_validate_json(chunking_json).second_model
 
 
 def _require_searchable(kb_ids: Sequence[str], found: dict[str, str | None]) -> None:

@@ -30,6 +30,7 @@ from ragkb_retriever.index.port import (
     IndexHit,
     Leg,
     LegResults,
+    SecondLeg,
     assemble,
     engine_legs,
     no_results,
@@ -215,7 +216,7 @@ class _Requests:
         self._candidates = candidates
 
     def build(self, leg: Leg) -> qm.QueryRequest:
-        if isinstance(leg, DenseLeg):
+        if isinstance(leg, DenseLeg | SecondLeg):  # an external KB is searched without a second leg
             query, using = qm.NearestQuery(nearest=leg.vector), self._config.dense_vector
         else:
             sparse = qm.SparseVector(indices=leg.terms.indices, values=leg.terms.values)

@@ -76,6 +76,8 @@ from ragkb_retriever.index.port import (
     Leg,
     LegResults,
     PointPage,
+    SecondLeg,
+    SecondQuery,
     assemble,
     document_delete_filter,
     live_generation_conflict,
@@ -84,15 +86,16 @@ from ragkb_retriever.index.port import (
     no_results,
     plan_legs,
     refuse_layout_on_edge,
+    refused_vectors,
     run_legs,
     term_idf,
     with_payloads,
-    wrong_dimension,
 )
 from ragkb_retriever.index.schema import (
     DENSE_VECTOR,
     FIRST_GENERATION,
     PAYLOAD_INDEXES,
+    SECOND_VECTOR,
     SPARSE_VECTOR,
     PayloadIndexKind,
     generation_of,
@@ -135,7 +138,9 @@ class EdgeIndex:
 
     # -- KBs ---------------------------------------------------------------------------------------
 
-    def create_kb(self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None) -> None:
+    def create_kb(
+        self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None, *, second_size: int | None = None
+    ) -> None:
         refuse_layout_on_edge(layout)
         with self._lifecycle:
             self._check_open()
@@ -144,7 +149,7 @@ class EdgeIndex:
             # Without an alias, any generation on disk is left over from a crashed create or drop.
             self._discard_generations(kb_id)
             name = ids.collection_name(kb_id, FIRST_GENERATION)
-            shard = _create_shard(self._root / name, dense_size)
+            shard = _create_shard(self._root / name, dense_size, second_size)
             # The alias comes last, so that it never points at a collection that is not ready.
             with self._registry:
                 self._handles[name] = ShardHandle(name, shard)
@@ -168,14 +173,14 @@ class EdgeIndex:
 
     # -- generations -------------------------------------------------------------------------------
 
-    def create_generation(self, kb_id: str, dense_size: int) -> int:
+    def create_generation(self, kb_id: str, dense_size: int, *, second_size: int | None = None) -> int:
         with self._lifecycle:
             with self._registry:
                 self._check_open()
                 self._live_locked(kb_id)
                 generation = max(self._generations_locked(kb_id)) + 1
             name = ids.collection_name(kb_id, generation)
-            shard = _create_new_shard(self._root / name, dense_size)
+            shard = _create_new_shard(self._root / name, dense_size, second_size)
             with self._registry:
                 self._handles[name] = ShardHandle(name, shard)
             return generation
@@ -232,7 +237,7 @@ class EdgeIndex:
             try:
                 handle = self._write_points(kb_id, sliced, generation)
             except Exception as exc:
-                if (invalid := wrong_dimension(exc)) is not None:
+                if (invalid := refused_vectors(exc)) is not None:
                     raise invalid from exc
                 raise
         if handle is not None and handle.record_write(len(points)) >= self._optimize_after:
@@ -373,6 +378,7 @@ class EdgeIndex:
         generation: int | None = None,
         leg_payloads: bool = True,
         keyword_leg: Sequence[IndexHit] | None = None,
+        second: SecondQuery | None = None,
     ) -> LegResults:
         legs = plan_legs(
             dense,
@@ -383,6 +389,7 @@ class EdgeIndex:
             rrf_k=rrf_k,
             weights=weights,
             fusion=fusion,
+            second=second,
         )
         if not legs:
             self._check_exists(kb_id, generation)
@@ -584,31 +591,36 @@ class _LegRequests:
             case KeywordLeg():
                 sparse = SparseVector(leg.terms.indices, leg.terms.values)
                 query, params = Query.Nearest(sparse, using=SPARSE_VECTOR), self._idf
+            case SecondLeg():
+                query, params = Query.Nearest(leg.vector, using=SECOND_VECTOR), None
         return QueryRequest(
             limit=self._candidates, query=query, filter=self._filter, params=params, with_payload=self._leg_payloads
         )
 
 
-def _edge_config(dense_size: int) -> EdgeConfig:
+def _edge_config(dense_size: int, second_size: int | None) -> EdgeConfig:
+    vectors = {DENSE_VECTOR: EdgeVectorParams(size=dense_size, distance=Distance.Cosine)}
+    if second_size is not None:
+        vectors[SECOND_VECTOR] = EdgeVectorParams(size=second_size, distance=Distance.Cosine)
     return EdgeConfig(
-        vectors={DENSE_VECTOR: EdgeVectorParams(size=dense_size, distance=Distance.Cosine)},
+        vectors=vectors,
         sparse_vectors={SPARSE_VECTOR: EdgeSparseVectorParams(modifier=Modifier.Idf)},
         wal_enabled=True,  # the default today; stated because durability depends on it
     )
 
 
-def _create_shard(path: Path, dense_size: int) -> EdgeShard:
-    shard = EdgeShard.create(str(path), _edge_config(dense_size))
+def _create_shard(path: Path, dense_size: int, second_size: int | None = None) -> EdgeShard:
+    shard = EdgeShard.create(str(path), _edge_config(dense_size, second_size))
     for field, kind in PAYLOAD_INDEXES:
         shard.update(UpdateOperation.create_field_index(field, _SCHEMA_TYPES[kind]))
     shard.flush()
     return shard
 
 
-def _create_new_shard(path: Path, dense_size: int) -> EdgeShard:
+def _create_new_shard(path: Path, dense_size: int, second_size: int | None) -> EdgeShard:
     """A shard for a new generation; a half-made one is removed, so that it never counts as a generation."""
     try:
-        return _create_shard(path, dense_size)
+        return _create_shard(path, dense_size, second_size)
     except BaseException:
         shutil.rmtree(path, ignore_errors=True)
         raise
@@ -634,7 +646,10 @@ def _id_kind_held(handle: ShardHandle, shard: EdgeShard) -> bool | None:
 
 def _edge_point(point: IndexPoint) -> Point:
     sparse = SparseVector(point.sparse.indices, point.sparse.values)
-    return Point(engine_point_id(point.id), {DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}, point.payload)
+    vectors: dict[str, Any] = {DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}
+    if point.second is not None:
+        vectors[SECOND_VECTOR] = point.second
+    return Point(engine_point_id(point.id), vectors, point.payload)
 
 
 def _index_point(point_id: str, vectors: Any, payload: dict[str, Any] | None) -> IndexPoint:
@@ -647,6 +662,7 @@ def _index_point(point_id: str, vectors: Any, payload: dict[str, Any] | None) ->
         dense=list(vectors.get(DENSE_VECTOR) or []),
         sparse=terms or SparseTerms(indices=[], values=[]),
         payload=payload or {},
+        second=list(second) if (second := vectors.get(SECOND_VECTOR)) else None,
     )
 
 

@@ -4,7 +4,8 @@ Two adapters implement it: `EdgeIndex` (Qdrant Edge in-process, the embedded def
 (a Qdrant server or cluster through qdrant-client). They must give the same results for the same
 operations; tests/integration/test_index_congruence.py holds them to it.
 
-Fusion. `search` runs the dense and the keyword leg once each (as one batch) and fuses them here, by the
+Fusion. `search` runs the dense and the keyword leg once each (and, for a KB with a second model, that model's
+leg: SecondQuery) as one batch and fuses them here, by the
 fusion the KB chose: DBSF (the default of a KB's `retrieval.fusion`, below) or Reciprocal Rank Fusion, with
 the KB's leg weights. (The engines can fuse themselves, from prefetches; but a search also returns each leg on
 its own, for the relevance of its passages and for explain, and the engine runs its prefetches again: every
@@ -33,7 +34,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ragkb_core.contracts import ScopeFilter, SparseTerms
@@ -51,6 +52,8 @@ class IndexPoint:
     dense: list[float]
     sparse: SparseTerms
     payload: dict[str, Any]
+    # The KB's second model's vector (KbChunking.second_model); None where the KB has none.
+    second: list[float] | None = None
 
 
 # Slots, and built positionally where hits are many: a search makes one per candidate of each leg (1,400 for a
@@ -64,11 +67,13 @@ class IndexHit:
 
 @dataclass(frozen=True)
 class LegResults:
-    """`fused` is the answer; `dense` and `keyword` are the legs it was fused from (for score breakdowns)."""
+    """`fused` is the answer; `dense`, `keyword` and `second` (the second model's leg, where the KB has one) are
+    the legs it was fused from (for score breakdowns)."""
 
     fused: list[IndexHit]
     dense: list[IndexHit]
     keyword: list[IndexHit]
+    second: list[IndexHit] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -110,10 +115,13 @@ class VectorIndex(Protocol):
     `generation=`, which addresses that generation's collection directly (NotFound when it does not
     exist). Payloads carry the real kb_id in every generation, so filters are the same in all of them."""
 
-    def create_kb(self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None) -> KbIndexLayout | None:
+    def create_kb(
+        self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None, *, second_size: int | None = None
+    ) -> KbIndexLayout | None:
         """Create generation 1 and the alias `kb_<id>`; does nothing when the KB exists. `layout` (fields left
         out: the configured defaults) places its collections on a Qdrant cluster; returns the layout applied,
-        None for an embedded index, which has one shard and one copy and refuses any other layout."""
+        None for an embedded index, which has one shard and one copy and refuses any other layout.
+        `second_size`: the size of the KB's second model's vectors (KbChunking.second_model); None: it has none."""
         ...
 
     def drop_kb(self, kb_id: str) -> None:
@@ -124,9 +132,10 @@ class VectorIndex(Protocol):
 
     # -- generations (re-indexing: build one while the live one serves, switch, roll back) -----------
 
-    def create_generation(self, kb_id: str, dense_size: int) -> int:
+    def create_generation(self, kb_id: str, dense_size: int, *, second_size: int | None = None) -> int:
         """A new empty generation, numbered after the highest one, not live; its dense size may differ
-        from the live one's (a new embedding model). It has the live generation's layout."""
+        from the live one's (a new embedding model), and it may have a second model's vectors or not
+        (`second_size`). It has the live generation's layout."""
         ...
 
     def generations(self, kb_id: str) -> GenerationInfo: ...
@@ -234,9 +243,11 @@ class VectorIndex(Protocol):
         generation: int | None = None,
         leg_payloads: bool = True,
         keyword_leg: Sequence[IndexHit] | None = None,
+        second: SecondQuery | None = None,
     ) -> LegResults:
         """Both legs filtered by `scope` inside the engine, fused by `fusion`: DBSF, or RRF (Qdrant's k =
-        `rrf_k`, leg `weights` (dense, keyword)), see the module docstring.
+        `rrf_k`, leg `weights` (dense, keyword)), see the module docstring. `second`: the question's vector of
+        the KB's second model and its leg's weight: a third leg, fused with the others.
 
         Without `dense` only the keyword leg runs, without (non-empty) `sparse` only the dense leg;
         `fused` is then that leg cut to `limit`. The `fused` hits always carry their payloads; the legs'
@@ -273,16 +284,31 @@ class KeywordLeg:
 
 
 @dataclass(frozen=True)
+class SecondLeg:
+    """The KB's second model's leg (KbChunking.second_model): its vector of the question."""
+
+    vector: list[float]
+
+
+@dataclass(frozen=True)
+class SecondQuery:
+    """What a search's third leg needs: the question's vector of the KB's second model, and the leg's weight."""
+
+    vector: list[float]
+    weight: float
+
+
+@dataclass(frozen=True)
 class FuseHere:
-    """Not an engine request: fuse the dense and keyword legs here, by `method` with these leg weights (and, for
-    RRF, Qdrant's `rrf_k`)."""
+    """Not an engine request: fuse the legs here, by `method` with these leg weights (one per engine leg, in
+    their order), and, for RRF, Qdrant's `rrf_k`."""
 
     method: FusionMethod
-    weights: tuple[float, float]
+    weights: tuple[float, ...]
     rrf_k: int
 
 
-Leg = DenseLeg | KeywordLeg
+Leg = DenseLeg | KeywordLeg | SecondLeg
 Step = Leg | FuseHere
 
 
@@ -344,15 +370,19 @@ class IdKindChanged(Unavailable):
         )
 
 
-def wrong_dimension(exc: Exception) -> InvalidInput | None:
-    """The engine's refusal of a dense vector of the wrong size, as InvalidInput; None for other errors.
+def refused_vectors(exc: Exception) -> InvalidInput | None:
+    """The engine's refusal of a write's vectors, as InvalidInput; None for other errors: a dense vector of the
+    wrong size, or a second model's vector for a collection made without one (KbChunking.second_model).
 
     A write into a given generation is not checked against the embedder's size (that generation may be
     for another model), so the engine's own check is what the caller hears. Both engines say it alike.
     """
-    if "Vector dimension error" not in str(exc):
-        return None
-    return InvalidInput(f"dense vectors do not fit the collection: {str(exc)[:300]}")
+    message = str(exc)
+    if "Vector dimension error" in message:
+        return InvalidInput(f"dense vectors do not fit the collection: {message[:300]}")
+    if "Not existing vector name" in message:
+        return InvalidInput(f"the collection has no such vector (a second model's vectors?): {message[:300]}")
+    return None
 
 
 def plan_legs(
@@ -365,11 +395,13 @@ def plan_legs(
     candidate_limit: int,
     weights: tuple[float, float] = (1.0, 1.0),
     fusion: FusionMethod = "rrf",
+    second: SecondQuery | None = None,
 ) -> tuple[Step, ...]:
     """The legs to run as one batch (`engine_legs`), and how to fuse them; none when the scope grants nothing
     or there is no query."""
-    if min(weights) <= 0:
-        raise InvalidInput("leg weights must be positive (leave a leg out instead)", weights=list(weights))
+    all_weights = [*weights, *([] if second is None else [second.weight])]
+    if min(all_weights) <= 0:
+        raise InvalidInput("leg weights must be positive (leave a leg out instead)", weights=all_weights)
     if min(limit, candidate_limit, rrf_k) < 1:
         raise InvalidInput(
             "limit, candidate_limit and rrf_k must be at least 1",
@@ -380,14 +412,16 @@ def plan_legs(
     if scope_is_empty(scope):
         return ()
     # A sparse query without terms matches nothing; it is treated as no keyword query at all.
-    legs: list[DenseLeg | KeywordLeg] = []
+    legs: list[tuple[Leg, float]] = []
     if dense is not None:
-        legs.append(DenseLeg(dense))
+        legs.append((DenseLeg(dense), weights[0]))
     if sparse is not None and sparse.indices:
-        legs.append(KeywordLeg(sparse))
-    if len(legs) == 2:
-        return *legs, FuseHere(fusion, weights, rrf_k)
-    return tuple(legs)
+        legs.append((KeywordLeg(sparse), weights[1]))
+    if second is not None:
+        legs.append((SecondLeg(second.vector), second.weight))
+    if len(legs) > 1:
+        return *(leg for leg, _ in legs), FuseHere(fusion, tuple(weight for _, weight in legs), rrf_k)
+    return tuple(leg for leg, _ in legs)
 
 
 def run_legs(
@@ -412,17 +446,15 @@ def with_payloads(hits: Sequence[IndexHit], payloads: dict[str, dict[str, Any]])
 def assemble(steps: Sequence[Step], results: Sequence[list[IndexHit]], limit: int) -> LegResults:
     """LegResults from the batch's results (one per engine leg); a search that ran one leg returns it cut to
     `limit` as fused."""
-    dense: list[IndexHit] = []
-    keyword: list[IndexHit] = []
+    by_kind: dict[type, list[IndexHit]] = {DenseLeg: [], KeywordLeg: [], SecondLeg: []}
     for leg, hits in zip(engine_legs(steps), results, strict=True):
-        if isinstance(leg, DenseLeg):
-            dense = hits
-        else:
-            keyword = hits
+        by_kind[type(leg)] = hits
+    dense, keyword, second = by_kind[DenseLeg], by_kind[KeywordLeg], by_kind[SecondLeg]
     here = next((step for step in steps if isinstance(step, FuseHere)), None)
     if here is None:
-        return LegResults(fused=(dense or keyword)[:limit], dense=dense, keyword=keyword)
-    return LegResults(fused=fuse((dense, keyword), here, limit), dense=dense, keyword=keyword)
+        return LegResults(fused=(dense or keyword or second)[:limit], dense=dense, keyword=keyword, second=second)
+    fused = fuse(list(results), here, limit)
+    return LegResults(fused=fused, dense=dense, keyword=keyword, second=second)
 
 
 def fuse(legs: Sequence[Sequence[IndexHit]], how: FuseHere, limit: int) -> list[IndexHit]:

@@ -9,6 +9,8 @@ from ragkb_core import ids
 
 DENSE_VECTOR = "dense"
 SPARSE_VECTOR = "bm25"
+# A KB's second model's vectors (KbChunking.second_model): only in the collections of KBs that have one.
+SECOND_VECTOR = "second"
 
 PayloadIndexKind = Literal["keyword", "integer"]
 

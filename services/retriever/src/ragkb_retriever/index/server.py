@@ -36,6 +36,8 @@ from ragkb_retriever.index.port import (
     Leg,
     LegResults,
     PointPage,
+    SecondLeg,
+    SecondQuery,
     assemble,
     document_delete_filter,
     live_generation_conflict,
@@ -43,15 +45,16 @@ from ragkb_retriever.index.port import (
     no_index,
     no_results,
     plan_legs,
+    refused_vectors,
     run_legs,
     term_idf,
     with_payloads,
-    wrong_dimension,
 )
 from ragkb_retriever.index.schema import (
     DENSE_VECTOR,
     FIRST_GENERATION,
     PAYLOAD_INDEXES,
+    SECOND_VECTOR,
     SPARSE_VECTOR,
     PayloadIndexKind,
     generation_of,
@@ -75,7 +78,9 @@ class ServerIndex:
 
     # -- KBs ---------------------------------------------------------------------------------------
 
-    def create_kb(self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None) -> KbIndexLayout:
+    def create_kb(
+        self, kb_id: str, dense_size: int, layout: KbIndexLayout | None = None, *, second_size: int | None = None
+    ) -> KbIndexLayout:
         try:
             applied = (layout or KbIndexLayout()).filled(self._default_layout)
         except ValueError as exc:
@@ -86,7 +91,7 @@ class ServerIndex:
             # Without an alias, any generation left is from a crashed create or drop: start clean.
             self._delete_generations(kb_id)
             name = ids.collection_name(kb_id, FIRST_GENERATION)
-            self._create_collection(name, dense_size, applied)
+            self._create_collection(name, dense_size, applied, second_size)
             # The alias comes last, so that it never points at a collection that is not ready.
             self._set_alias(kb_id, name)
         return applied
@@ -104,7 +109,7 @@ class ServerIndex:
 
     # -- generations -------------------------------------------------------------------------------
 
-    def create_generation(self, kb_id: str, dense_size: int) -> int:
+    def create_generation(self, kb_id: str, dense_size: int, *, second_size: int | None = None) -> int:
         with self._answering():
             live = self._require_live(kb_id)
             generation = max(self._generation_numbers(kb_id)) + 1
@@ -112,7 +117,7 @@ class ServerIndex:
             # The KB keeps its layout through re-indexes: the new generation is laid out as the live one.
             layout = self._layout_of(ids.collection_name(kb_id, live)) or self._default_layout
             try:
-                self._create_collection(name, dense_size, layout)
+                self._create_collection(name, dense_size, layout, second_size)
             except BaseException:
                 # A half-made collection must not count as a generation; the first error is the one to tell.
                 with suppress(Exception):
@@ -303,6 +308,7 @@ class ServerIndex:
         generation: int | None = None,
         leg_payloads: bool = True,
         keyword_leg: Sequence[IndexHit] | None = None,
+        second: SecondQuery | None = None,
     ) -> LegResults:
         legs = plan_legs(
             dense,
@@ -313,6 +319,7 @@ class ServerIndex:
             rrf_k=rrf_k,
             weights=weights,
             fusion=fusion,
+            second=second,
         )
         if not legs:
             with self._answering():
@@ -348,10 +355,13 @@ class ServerIndex:
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _create_collection(self, name: str, dense_size: int, layout: KbIndexLayout) -> None:
+    def _create_collection(self, name: str, dense_size: int, layout: KbIndexLayout, second_size: int | None) -> None:
+        vectors = {DENSE_VECTOR: qm.VectorParams(size=dense_size, distance=qm.Distance.COSINE)}
+        if second_size is not None:
+            vectors[SECOND_VECTOR] = qm.VectorParams(size=second_size, distance=qm.Distance.COSINE)
         self._client.create_collection(
             name,
-            vectors_config={DENSE_VECTOR: qm.VectorParams(size=dense_size, distance=qm.Distance.COSINE)},
+            vectors_config=vectors,
             sparse_vectors_config={SPARSE_VECTOR: qm.SparseVectorParams(modifier=qm.Modifier.IDF)},
             shard_number=layout.shard_number,
             replication_factor=layout.replication_factor,
@@ -425,7 +435,7 @@ class ServerIndex:
             except (UnexpectedResponse, ValueError) as exc:
                 # Server mode answers 404, local mode raises ValueError; either way, ask what is missing.
                 self._check_exists(kb_id, generation)
-                if (invalid := wrong_dimension(exc)) is not None:
+                if (invalid := refused_vectors(exc)) is not None:
                     raise invalid from exc
                 raise
 
@@ -460,6 +470,8 @@ class _LegRequests:
             case KeywordLeg():
                 sparse = qm.SparseVector(indices=leg.terms.indices, values=leg.terms.values)
                 query, using, params = qm.NearestQuery(nearest=sparse), SPARSE_VECTOR, self._idf
+            case SecondLeg():
+                query, using, params = qm.NearestQuery(nearest=leg.vector), SECOND_VECTOR, None
         return qm.QueryRequest(
             query=query,
             using=using,
@@ -477,7 +489,10 @@ def _collection(kb_id: str, generation: int | None) -> str:
 
 def _point_struct(point: IndexPoint) -> qm.PointStruct:
     sparse = qm.SparseVector(indices=point.sparse.indices, values=point.sparse.values)
-    return qm.PointStruct(id=point.id, vector={DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}, payload=point.payload)
+    vectors: dict[str, Any] = {DENSE_VECTOR: point.dense, SPARSE_VECTOR: sparse}
+    if point.second is not None:
+        vectors[SECOND_VECTOR] = point.second
+    return qm.PointStruct(id=point.id, vector=vectors, payload=point.payload)
 
 
 def qdrant_filter(spec: filters.FilterSpec) -> qm.Filter:
@@ -516,6 +531,11 @@ def _index_point(point_id: str, vectors: Any, payload: dict[str, Any] | None) ->
         else SparseTerms(indices=[], values=[])
     )
     dense = named.get(DENSE_VECTOR)
+    second = named.get(SECOND_VECTOR)
     return IndexPoint(
-        id=point_id, dense=list(dense) if isinstance(dense, list) else [], sparse=terms, payload=payload or {}
+        id=point_id,
+        dense=list(dense) if isinstance(dense, list) else [],
+        sparse=terms,
+        payload=payload or {},
+        second=list(second) if isinstance(second, list) else None,
     )

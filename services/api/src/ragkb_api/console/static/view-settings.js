@@ -10,7 +10,7 @@ import { jobCard } from "./view-jobs.js";
 const NUMBER_FIELDS = {
   chunking: [["target_tokens", 16, 510, 1], ["max_tokens", 16, 510, 1], ["overlap_tokens", 0, 255, 1]],
   retrieval: [
-    ["top_k", 1, 200, 1], ["rrf_k", 1, 1000, 1], ["dense_weight", 0, 10, 0.1], ["keyword_weight", 0, 10, 0.1],
+    ["top_k", 1, 200, 1], ["rrf_k", 1, 1000, 1], ["dense_weight", 0, 10, 0.1], ["keyword_weight", 0, 10, 0.1], ["second_weight", 0, 10, 0.1],
     ["candidate_multiplier", 1, 50, 1], ["score_threshold", 0, 1, 0.01], ["rerank_budget_ms", 0, 60000, 100],
     ["rerank_weight", 0, 1, 0.05], ["feedback_passages", 0, 20, 1], ["feedback_weight", 0, 5, 0.1], ["max_blocks", 1, 200, 1],
   ],
@@ -31,6 +31,8 @@ export async function settingsView(ctx) {
   const noise = el("textarea", { rows: 3, class: "mono", disabled: !admin });
   noise.value = kb.chunking.noise_patterns.join("\n");
   const precision = select([["auto", t("settings.precisionAuto")], ["float32", t("settings.precisionFloat32")], ["int8-block", t("settings.precisionInt8Block")], ["int8-mixed", t("settings.precisionInt8Mixed")], ["int8", t("settings.precisionInt8")]], kb.chunking.passage_precision, { disabled: !admin });
+  // Fixed with the KB's index: shown, changed only by a re-index (the PATCH below leaves it out, which keeps it).
+  const secondModel = input({ value: kb.chunking.second_model || t("settings.secondModelNone"), disabled: true });
   const hybrid = input({ type: "checkbox", checked: kb.retrieval.hybrid, disabled: !admin });
   const fusion = select([["dbsf", "DBSF"], ["rrf", "RRF"]], kb.retrieval.fusion, { disabled: !admin });
   const rerank = select([["auto", t("settings.rerankAuto")], ["true", t("settings.rerankOn")], ["false", t("settings.rerankOff")]], kb.retrieval.rerank === null ? "auto" : String(kb.retrieval.rerank), { disabled: !admin });
@@ -50,6 +52,7 @@ export async function settingsView(ctx) {
     el("fieldset", {}, [el("legend", { text: t("settings.chunking") }), el("p", { class: "muted small", text: t("settings.chunkingLead") }), el("div", { class: "form-grid" }, [
       ...NUMBER_FIELDS.chunking.map((spec) => numberField("chunking", spec)),
       field(t("settings.passage_precision"), precision, { name: "chunking.passage_precision", hint: t("settings.hint.passage_precision") }),
+      field(t("settings.second_model"), secondModel, { name: "chunking.second_model", hint: t("settings.hint.second_model") }),
       field(t("settings.noise_patterns"), noise, { name: "chunking.noise_patterns", wide: true, hint: t("settings.onePerLine") }),
       el("small", { class: "field-error wide", "data-error-for": "chunking", role: "alert" }),
     ])]),

