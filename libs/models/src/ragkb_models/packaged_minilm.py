@@ -34,10 +34,6 @@ def packaged_minilm_folder(cache_dir: Path) -> Path:
     target = cache_dir / PACKAGED_MINILM_MODEL
     if folder_is_complete(target, provenance):
         return target
-
-
-def _copy_package(folder: Path) -> None:
-    shutil.copytree(packaged_minilm_source(), folder)
     with build_lock(cache_dir, PACKAGED_MINILM_MODEL):
         # Another process may have copied it while this one waited for the lock.
         if not folder_is_complete(target, provenance):
