@@ -137,3 +137,61 @@ def test_the_second_model_is_fixed_with_the_index_and_changed_by_a_reindex(ragkb
     assert rolled.json()["chunking"]["second_model"] is None
     assert _legs(_search(ragkb, kb_id)) == {"dense", "keyword"}
     ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
+
+
+def test_a_tune_of_a_kb_with_a_second_model_computes_the_searchs_answers_and_tries_its_weights(
+    ragkb: RunningRagkb,
+) -> None:
+    from tests.e2e.test_tune import DOCS as HANDBOOK
+    from tests.e2e.test_tune import QUERIES, read_events
+
+    documents = {source_id: text for source_id, text in HANDBOOK.items() if source_id not in ("kyuka", "tsukin")}
+    english = {query_id: query for query_id, query in QUERIES.items() if query_id != "q10"}
+    kb = ragkb.client.post(
+        "/v1/knowledge-bases", json={"name": "second-tune", "chunking": {"second_model": MINILM}}
+    ).json()
+    for source_id, (title, text) in documents.items():
+        body = {"source_id": source_id, "title": title, "text": text}
+        assert ragkb.client.post(f"/v1/knowledge-bases/{kb['id']}/documents", json=body).status_code == 202
+    body = {
+        "name": "paraphrases",
+        "queries": [{"id": query_id, "text": text} for query_id, (text, _) in english.items()],
+        "qrels": {query_id: judged for query_id, (_, judged) in english.items()},
+    }
+    question_set = ragkb.client.post(f"/v1/knowledge-bases/{kb['id']}/question-sets", json=body)
+    assert question_set.status_code == 201, question_set.text
+    _wait_done(ragkb, kb["id"], len(documents))
+    space = {"fusion": ["dbsf"], "keyword_weight": [1.0], "candidate_multiplier": [7], "second_weight": [0.5, 3.0]}
+    started = ragkb.client.post(
+        f"/v1/knowledge-bases/{kb['id']}/tune",
+        json={"question_set_id": question_set.json()["id"], "folds": 3, "space": space},
+    )
+    assert started.status_code == 202, started.text
+    events = read_events(ragkb, started.json()["id"])
+    assert events[-1][1]["status"] == "succeeded", (events, ragkb.log_tail())
+    result = ragkb.client.get(f"/v1/knowledge-bases/{kb['id']}/tune/{started.json()['id']}").json()["result"]
+    # The current settings' answers, computed from the three legs, are the search's own for every question.
+    assert result["search_check"] == {"queries": len(english), "identical": len(english)}
+    assert result["current"]["second_weight"] == 1.5 and "second×1.5" in result["current"]["label"]
+    assert result["candidates"] == 3  # the current settings, and the two second-model weights
+    assert result["recommended"]["second_weight"] in (0.5, 1.5, 3.0)
+
+    # A KB without a second model has no such weight to try.
+    plain = ragkb.create_kb_with_texts("second-tune-plain", {"leave": documents["leave"]})
+    plain_set = ragkb.client.post(f"/v1/knowledge-bases/{plain}/question-sets", json=body)
+    assert plain_set.status_code == 201, plain_set.text
+    refused = ragkb.client.post(
+        f"/v1/knowledge-bases/{plain}/tune",
+        json={"question_set_id": plain_set.json()["id"], "folds": 2, "space": {"second_weight": [1.0]}},
+    )
+    assert refused.status_code == 422, refused.text
+    assert "second model" in refused.json()["detail"]
+    for kb_id in (kb["id"], plain):
+        ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
+
+
+def _wait_done(ragkb: RunningRagkb, kb_id: str, documents: int) -> None:
+    listed = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents").json()
+    assert len(listed) == documents
+    for document in listed:
+        assert ragkb.wait_document(kb_id, document["id"])["status"] == "done"

@@ -83,24 +83,32 @@ class FusionSettings:
     dense_weight: float
     keyword_weight: float
     candidate_multiplier: int
-    # The second model's leg (KbRetrieval.second_weight): fixed during a tune, weighs the leg where legs hold one.
-    second_weight: float = 0.0
+    # The second model's leg (KbRetrieval.second_weight) of a KB that has one (KbChunking.second_model); None: the
+    # KB has none.
+    second_weight: float | None = None
 
     @classmethod
-    def of(cls, retrieval: KbRetrieval) -> FusionSettings:
+    def of(cls, retrieval: KbRetrieval, *, second_leg: bool = False) -> FusionSettings:
+        """The KB's settings; `second_leg`: it has a second model (else its second_weight means nothing)."""
         return cls(
             retrieval.fusion,
             retrieval.rrf_k,
             retrieval.dense_weight,
             retrieval.keyword_weight,
             retrieval.candidate_multiplier,
-            retrieval.second_weight,
+            retrieval.second_weight if second_leg else None,
         )
 
     def label(self) -> str:
         fused = f"rrf k={self.rrf_k}" if self.fusion == "rrf" else "dbsf"
         weights = f"dense×{self.dense_weight:g} keyword×{self.keyword_weight:g}"
+        if self.second_weight is not None:
+            weights += f" second×{self.second_weight:g}"
         return f"{fused} {weights} candidates×{self.candidate_multiplier}"
+
+    @property
+    def second_leg_weight(self) -> float:
+        return self.second_weight or 0.0
 
 
 class AnswerShape(BaseModel):
@@ -152,7 +160,7 @@ def fused_scores(
     """Each candidate's fused score (the legs already cut to the candidate depth), summed in the engine's leg
     order: dense, keyword, second."""
     totals: dict[str, float] = {}
-    legs = ((dense, settings.dense_weight), (keyword, settings.keyword_weight), (second, settings.second_weight))
+    legs = ((dense, settings.dense_weight), (keyword, settings.keyword_weight), (second, settings.second_leg_weight))
     for leg, weight in legs:
         if not leg:
             continue
@@ -181,7 +189,7 @@ def answer(
     depth = shape.top_k * settings.candidate_multiplier
     dense = legs.dense[:depth] if settings.dense_weight > 0 else []
     keyword = legs.keyword[:depth] if settings.keyword_weight > 0 and shape.hybrid else []
-    second = legs.second[:depth] if settings.second_weight > 0 and shape.hybrid else []
+    second = legs.second[:depth] if settings.second_leg_weight > 0 and shape.hybrid else []
     if sum(1 for leg in (dense, keyword, second) if leg) > 1:
         scores = fused_scores(dense, keyword, settings, second)
         by_id = {hit.chunk_id: hit for hit in (*second, *keyword, *dense)}

@@ -80,6 +80,8 @@ class TuneSpace(BaseModel):
     candidate_multiplier: list[Annotated[int, Field(ge=1, le=MAX_CANDIDATE_MULTIPLIER)]] = Field(
         default_factory=lambda: [2, 4, 7, 14, 25], min_length=1, max_length=20
     )
+    # A KB with a second model (KbChunking.second_model): its leg's weights to try. None: the KB's own only.
+    second_weight: list[Annotated[float, Field(ge=0, le=10)]] | None = Field(default=None, min_length=1, max_length=10)
 
 
 class TuneRequest(BaseModel):
@@ -98,6 +100,8 @@ class TunedSettings(BaseModel):
     dense_weight: float
     keyword_weight: float
     candidate_multiplier: int
+    # A KB with a second model only (None: it has none, and the patch leaves the field alone).
+    second_weight: float | None = None
     label: str
 
     @classmethod
@@ -108,11 +112,15 @@ class TunedSettings(BaseModel):
             dense_weight=settings.dense_weight,
             keyword_weight=settings.keyword_weight,
             candidate_multiplier=settings.candidate_multiplier,
+            second_weight=settings.second_weight,
             label=settings.label(),
         )
 
     def patch(self) -> dict[str, object]:
-        return self.model_dump(exclude={"label"})
+        patch = self.model_dump(exclude={"label"})
+        if self.second_weight is None:
+            del patch["second_weight"]
+        return patch
 
 
 class FoldResult(BaseModel):
@@ -188,12 +196,16 @@ class TuneJobParams(BaseModel):
 
 def candidates(current: FusionSettings, space: TuneSpace) -> list[FusionSettings]:
     """The current settings first, then every combination of the space (RRF once per k, DBSF once), without
-    repeats."""
+    repeats. The second model's leg weights are searched only where the KB has one (`current.second_weight`)."""
+    if space.second_weight is not None and current.second_weight is None:
+        raise ValueError("second_weight applies to a KB with a second model (chunking.second_model); this one has none")
+    seconds = [current.second_weight] if space.second_weight is None else space.second_weight
     found: dict[FusionSettings, None] = {current: None}
-    for fusion, weight, multiplier in product(space.fusion, space.keyword_weight, space.candidate_multiplier):
+    combinations = product(space.fusion, space.keyword_weight, space.candidate_multiplier, seconds)
+    for fusion, weight, multiplier, second in combinations:
         ks = space.rrf_k if fusion == "rrf" else [current.rrf_k]
         for k in ks:
-            found.setdefault(FusionSettings(fusion, k, 1.0, weight, multiplier, current.second_weight), None)
+            found.setdefault(FusionSettings(fusion, k, 1.0, weight, multiplier, second), None)
     if len(found) > MAX_CANDIDATES:
         raise ValueError(f"the search space has {len(found)} settings; at most {MAX_CANDIDATES}")
     return list(found)
@@ -283,7 +295,7 @@ class _PreparedLegs:
     ) -> list[LegCandidate]:
         both = self.dense and self.keyword and settings.dense_weight > 0 and settings.keyword_weight > 0
         # A third leg (the KB's second model) is fused by fusion.answer itself.
-        third = bool(self.legs.second) and settings.second_weight > 0
+        third = bool(self.legs.second) and settings.second_leg_weight > 0
         if not both or not shape.hybrid or third:
             return answer(self.legs, settings, shape, calibration)
         totals = np.zeros(len(self.passages))
@@ -393,10 +405,11 @@ def tune(
     folds: int,
     seed: int,
     question_set_id: str,
+    second_leg: bool = False,
 ) -> TuneResult:
     """The whole tune from the questions' legs (fetched `leg_depth` deep)."""
     shape = answer_shape(current)
-    settings = candidates(FusionSettings.of(current), space)
+    settings = candidates(FusionSettings.of(current, second_leg=second_leg), space)
     table = score_candidates(settings, legs, judgements, shape, calibration)
     validated = cross_validate(table, folds, seed)
     recommended = settings[validated.recommended]

@@ -478,14 +478,15 @@ class SearchService:
         def one_question(text: str) -> QueryLegs:
             dense = self._query_vector(kb.embedding_model, text)
             sparse = encoder.encode_query(text)
-            second = None
-            if _runs_second(KbPart(kb.kb_id, kb, "hybrid", query.scope, reranks=False)):
-                assert kb.second_model is not None  # _runs_second
-                second = SecondQuery(self._query_vector(kb.second_model, text), kb.retrieval.second_weight)
+            # The second model's leg whatever its weight (a tune may try others); its first pass as the KB runs it.
+            second_vector = None if kb.second_model is None else self._query_vector(kb.second_model, text)
             if kb.retrieval.feeds_back and kb.retrieval.hybrid and sparse.indices:
                 # The legs the KB's second pass runs (its first pass with its current fusion settings).
+                first_second = None
+                if second_vector is not None and kb.retrieval.second_weight > 0:
+                    first_second = SecondQuery(second_vector, kb.retrieval.second_weight)
                 first = self._engine_search(
-                    kb, query.scope, dense, sparse, kb.retrieval.top_k, leg_payloads=False, second=second
+                    kb, query.scope, dense, sparse, kb.retrieval.top_k, leg_payloads=False, second=first_second
                 )
                 dense = self._feedback_vector(kb, dense, first) if first.fused else dense
             found = self._index.search(
@@ -498,7 +499,8 @@ class SearchService:
                 qdrant_rrf_k(kb.retrieval.rrf_k),
                 generation=kb.generation,
                 leg_payloads=True,
-                second=second,
+                # Its weight does not matter here: only the legs are read.
+                second=None if second_vector is None else SecondQuery(second_vector, 1.0),
             )
             everyone = [*found.dense, *found.keyword, *found.second]
             coverage = self._coverages(kb, sparse, everyone if found.dense else [], calibration)

@@ -82,6 +82,7 @@ class Tuner:
             folds=request.folds,
             seed=request.seed,
             question_set_id=request.question_set_id,
+            second_leg=kb.second_model is not None,
         )
         done_at = time.perf_counter()
         result.search_check = check
@@ -126,7 +127,9 @@ class Tuner:
         self, job_id: str, kb: KbSearch, params: TuneJobParams, questions: Sequence[Question]
     ) -> tuple[list[QueryLegs], RelevanceCalibration | None] | None:
         """Every question's legs, deep enough for every candidate; None when the job was cancelled meanwhile."""
-        settings = candidates(FusionSettings.of(kb.retrieval), params.request.space)
+        settings = candidates(
+            FusionSettings.of(kb.retrieval, second_leg=kb.second_model is not None), params.request.space
+        )
         depth = leg_depth(answer_shape(kb.retrieval), settings)
         legs: list[QueryLegs] = []
         calibration = None
@@ -158,7 +161,8 @@ class Tuner:
     ) -> SearchCheck | None:
         """The current settings' computed answers against the search's for the first questions; None when the
         search reranks (the tune cannot emulate it)."""
-        current, shape = FusionSettings.of(kb.retrieval), answer_shape(kb.retrieval)
+        current = FusionSettings.of(kb.retrieval, second_leg=kb.second_model is not None)
+        shape = answer_shape(kb.retrieval)
         identical = 0
         checked = list(zip(questions, legs, strict=True))[:SEARCH_CHECKS]
         for question, query_legs in checked:

@@ -17,7 +17,7 @@ from ragkb_api.tuning.schemas import SettingsVersionOut
 from ragkb_api.tuning.versions import version_out
 from ragkb_core.errors import Conflict, InvalidInput, NotFound
 from ragkb_core.fusion import FusionSettings
-from ragkb_core.kb_settings import KbRetrieval
+from ragkb_core.kb_settings import KbChunking, KbRetrieval
 from ragkb_core.tuning import (
     MIN_QUESTIONS_PER_FOLD,
     TuneJobParams,
@@ -51,7 +51,8 @@ class TuneService:
         with transaction(self._sessions) as session:
             kb = load_writable_kb(session, kb_id)
             questions = _questions_of(session, kb_id, request.question_set_id)
-            _check_tunable(KbRetrieval.model_validate(kb.retrieval), request, questions)
+            second_leg = KbChunking.model_validate(kb.chunking).second_model is not None
+            _check_tunable(KbRetrieval.model_validate(kb.retrieval), request, questions, second_leg=second_leg)
             params = TuneJobParams(
                 request=request,
                 scope=search_scope(caller, SearchFilters()),
@@ -103,7 +104,7 @@ def _questions_of(session: Session, kb_id: str, set_id: str) -> int:
     return len(questions)
 
 
-def _check_tunable(retrieval: KbRetrieval, request: TuneRequest, questions: int) -> None:
+def _check_tunable(retrieval: KbRetrieval, request: TuneRequest, questions: int, *, second_leg: bool) -> None:
     """422 for a request the KB's question set or settings cannot serve; 409 for settings a tune cannot emulate."""
     needed = request.folds * MIN_QUESTIONS_PER_FOLD
     if questions < needed:
@@ -114,7 +115,7 @@ def _check_tunable(retrieval: KbRetrieval, request: TuneRequest, questions: int)
             folds=request.folds,
         )
     try:
-        settings = candidates(FusionSettings.of(retrieval), request.space)
+        settings = candidates(FusionSettings.of(retrieval, second_leg=second_leg), request.space)
         check_leg_depth(leg_depth(answer_shape(retrieval), settings))
     except ValueError as exc:
         raise InvalidInput(str(exc)) from exc
