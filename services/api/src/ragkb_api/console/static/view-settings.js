@@ -31,8 +31,6 @@ export async function settingsView(ctx) {
   const noise = el("textarea", { rows: 3, class: "mono", disabled: !admin });
   noise.value = kb.chunking.noise_patterns.join("\n");
   const precision = select([["auto", t("settings.precisionAuto")], ["float32", t("settings.precisionFloat32")], ["int8-block", t("settings.precisionInt8Block")], ["int8-mixed", t("settings.precisionInt8Mixed")], ["int8", t("settings.precisionInt8")]], kb.chunking.passage_precision, { disabled: !admin });
-  // Fixed with the KB's index: shown, changed only by a re-index (the PATCH below leaves it out, which keeps it).
-  const secondModel = input({ value: kb.chunking.second_model || t("settings.secondModelNone"), disabled: true });
   const hybrid = input({ type: "checkbox", checked: kb.retrieval.hybrid, disabled: !admin });
   const fusion = select([["dbsf", "DBSF"], ["rrf", "RRF"]], kb.retrieval.fusion, { disabled: !admin });
   const rerank = select([["auto", t("settings.rerankAuto")], ["true", t("settings.rerankOn")], ["false", t("settings.rerankOff")]], kb.retrieval.rerank === null ? "auto" : String(kb.retrieval.rerank), { disabled: !admin });
@@ -52,7 +50,6 @@ export async function settingsView(ctx) {
     el("fieldset", {}, [el("legend", { text: t("settings.chunking") }), el("p", { class: "muted small", text: t("settings.chunkingLead") }), el("div", { class: "form-grid" }, [
       ...NUMBER_FIELDS.chunking.map((spec) => numberField("chunking", spec)),
       field(t("settings.passage_precision"), precision, { name: "chunking.passage_precision", hint: t("settings.hint.passage_precision") }),
-      field(t("settings.second_model"), secondModel, { name: "chunking.second_model", hint: t("settings.hint.second_model") }),
       field(t("settings.noise_patterns"), noise, { name: "chunking.noise_patterns", wide: true, hint: t("settings.onePerLine") }),
       el("small", { class: "field-error wide", "data-error-for": "chunking", role: "alert" }),
     ])]),
@@ -126,6 +123,9 @@ export async function settingsView(ctx) {
         el("dt", { text: t("settings.bm25") }), el("dd", { class: "mono", text: `${kb.analyzer.bm25_k1} / ${kb.analyzer.bm25_b}` }),
         el("dt", { text: t("settings.analyzerVersion") }), el("dd", { class: "mono", text: kb.analyzer_version }),
         el("dt", { text: t("kb.model") }), el("dd", { class: "mono", text: kb.embedding_model }),
+        // Fixed with the index like the model (the form's PATCH leaves it out, which keeps it).
+        el("dt", { text: t("settings.second_model") }),
+        el("dd", { class: "mono", text: kb.chunking.second_model || t("settings.secondModelNone"), title: t("settings.hint.second_model") }),
       ]),
     ]),
     isAdmin() ? card(t("settings.danger"), [
