@@ -82,8 +82,9 @@ class RunningRagkb(PrivateStack):
 
     # -- helpers the tests share ------------------------------------------------------------------
 
-    def create_kb(self, name: str) -> str:
-        response = self.client.post("/v1/knowledge-bases", json={"name": name})
+    def create_kb(self, name: str, **settings: Any) -> str:
+        """A new KB; `settings`: more of the create request (chunking, retrieval, analyzer)."""
+        response = self.client.post("/v1/knowledge-bases", json={"name": name, **settings})
         assert response.status_code == 201, response.text
         return str(response.json()["id"])
 
@@ -96,9 +97,9 @@ class RunningRagkb(PrivateStack):
         body: dict[str, Any] = response.json()
         return body
 
-    def create_kb_with_texts(self, name: str, texts: dict[str, tuple[str, str]]) -> str:
+    def create_kb_with_texts(self, name: str, texts: dict[str, tuple[str, str]], **settings: Any) -> str:
         """A new KB holding these text documents (source id → (title, text)), each `done`."""
-        kb_id = self.create_kb(name)
+        kb_id = self.create_kb(name, **settings)
         document_ids = []
         for source_id, (title, text) in texts.items():
             body = {"source_id": source_id, "title": title, "text": text}
@@ -106,7 +107,8 @@ class RunningRagkb(PrivateStack):
             assert response.status_code == 202, response.text
             document_ids.append(response.json()["id"])
         for document_id in document_ids:
-            assert self.wait_document(kb_id, document_id)["status"] == "done"
+            document = self.wait_document(kb_id, document_id)
+            assert document["status"] == "done", (document, self.log_tail())
         return kb_id
 
     def wait_document(self, kb_id: str, document_id: str, timeout_s: float = 300) -> dict[str, Any]:

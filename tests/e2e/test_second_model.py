@@ -18,12 +18,14 @@ pytestmark = pytest.mark.e2e
 
 MINILM = "all-MiniLM-L6-v2"
 QUESTION = "how many paid vacation days do I get"
+# Worded for this module alone: a stored original is shared by every document with the same bytes, and another
+# module's KB deletion racing an upload of the same bytes here is not what these tests are about.
 TEXTS = {
-    "leave": ("Annual leave", "Employees receive twenty days of paid annual leave each year."),
-    "carry": ("Leave carry-over", "Unused annual leave carries over to the next year once, up to five days."),
-    "sick": ("Sick leave", "Sick leave is paid from the first day with a doctor's note after three days."),
-    "laptops": ("Laptop replacement", "Laptops are replaced every three years by the IT department."),
-    "parking": ("Parking", "Parking spaces at the office are assigned by seniority."),
+    "leave": ("Annual leave", "Every employee receives twenty days of paid annual leave in each calendar year."),
+    "carry": ("Leave carry-over", "Unused annual leave carries over into the following year once, at most five days."),
+    "sick": ("Sick leave", "Sick leave is paid from its first day; a doctor's note is needed after three days."),
+    "laptops": ("Laptop replacement", "The IT department replaces laptops every three years."),
+    "parking": ("Parking", "Office parking spaces are assigned by seniority."),
 }
 
 
@@ -48,18 +50,10 @@ def _expected_cosines() -> dict[str, float]:
 
 
 def _create_kb(ragkb: RunningRagkb, name: str, chunking: dict[str, Any]) -> str:
-    response = ragkb.client.post("/v1/knowledge-bases", json={"name": name, "chunking": chunking})
-    assert response.status_code == 201, response.text
-    assert response.json()["chunking"]["second_model"] == chunking.get("second_model")
-    kb_id = str(response.json()["id"])
-    ids = []
-    for source_id, (title, text) in TEXTS.items():
-        body = {"source_id": source_id, "title": title, "text": text}
-        uploaded = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/documents", json=body)
-        assert uploaded.status_code == 202, uploaded.text
-        ids.append(uploaded.json()["id"])
-    for document_id in ids:
-        assert ragkb.wait_document(kb_id, document_id)["status"] == "done"
+    kb_id = ragkb.create_kb_with_texts(name, TEXTS, chunking=chunking)
+    assert ragkb.client.get(f"/v1/knowledge-bases/{kb_id}").json()["chunking"]["second_model"] == chunking.get(
+        "second_model"
+    )
     return kb_id
 
 
@@ -96,8 +90,6 @@ def test_a_kb_with_a_second_model_searches_a_third_leg_of_that_models_cosines(ra
     assert [(hit["source_id"], hit["score"]) for hit in again["results"]] == [
         (hit["source_id"], hit["score"]) for hit in result["results"]
     ]
-    for kb in (kb_id, copy):
-        ragkb.client.delete(f"/v1/knowledge-bases/{kb}")
 
 
 def test_the_second_model_is_fixed_with_the_index_and_changed_by_a_reindex(ragkb: RunningRagkb) -> None:
@@ -136,7 +128,6 @@ def test_the_second_model_is_fixed_with_the_index_and_changed_by_a_reindex(ragkb
     assert rolled.status_code == 200, rolled.text
     assert rolled.json()["chunking"]["second_model"] is None
     assert _legs(_search(ragkb, kb_id)) == {"dense", "keyword"}
-    ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
 
 
 def test_a_tune_of_a_kb_with_a_second_model_computes_the_searchs_answers_and_tries_its_weights(
@@ -145,31 +136,30 @@ def test_a_tune_of_a_kb_with_a_second_model_computes_the_searchs_answers_and_tri
     from tests.e2e.test_tune import DOCS as HANDBOOK
     from tests.e2e.test_tune import QUERIES, read_events
 
-    documents = {source_id: text for source_id, text in HANDBOOK.items() if source_id not in ("kyuka", "tsukin")}
+    # The handbook's English documents, in copies of their own (TEXTS says why).
+    documents = {
+        source_id: (title, f"{text} (A copy for the second model's tune.)")
+        for source_id, (title, text) in HANDBOOK.items()
+        if source_id not in ("kyuka", "tsukin")
+    }
     english = {query_id: query for query_id, query in QUERIES.items() if query_id != "q10"}
-    kb = ragkb.client.post(
-        "/v1/knowledge-bases", json={"name": "second-tune", "chunking": {"second_model": MINILM}}
-    ).json()
-    for source_id, (title, text) in documents.items():
-        body = {"source_id": source_id, "title": title, "text": text}
-        assert ragkb.client.post(f"/v1/knowledge-bases/{kb['id']}/documents", json=body).status_code == 202
+    kb_id = ragkb.create_kb_with_texts("second-tune", documents, chunking={"second_model": MINILM})
     body = {
         "name": "paraphrases",
         "queries": [{"id": query_id, "text": text} for query_id, (text, _) in english.items()],
         "qrels": {query_id: judged for query_id, (_, judged) in english.items()},
     }
-    question_set = ragkb.client.post(f"/v1/knowledge-bases/{kb['id']}/question-sets", json=body)
+    question_set = ragkb.client.post(f"/v1/knowledge-bases/{kb_id}/question-sets", json=body)
     assert question_set.status_code == 201, question_set.text
-    _wait_done(ragkb, kb["id"], len(documents))
     space = {"fusion": ["dbsf"], "keyword_weight": [1.0], "candidate_multiplier": [7], "second_weight": [0.5, 3.0]}
     started = ragkb.client.post(
-        f"/v1/knowledge-bases/{kb['id']}/tune",
+        f"/v1/knowledge-bases/{kb_id}/tune",
         json={"question_set_id": question_set.json()["id"], "folds": 3, "space": space},
     )
     assert started.status_code == 202, started.text
     events = read_events(ragkb, started.json()["id"])
     assert events[-1][1]["status"] == "succeeded", (events, ragkb.log_tail())
-    result = ragkb.client.get(f"/v1/knowledge-bases/{kb['id']}/tune/{started.json()['id']}").json()["result"]
+    result = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/tune/{started.json()['id']}").json()["result"]
     # The current settings' answers, computed from the three legs, are the search's own for every question.
     assert result["search_check"] == {"queries": len(english), "identical": len(english)}
     assert result["current"]["second_weight"] == 1.5 and "second×1.5" in result["current"]["label"]
@@ -186,12 +176,3 @@ def test_a_tune_of_a_kb_with_a_second_model_computes_the_searchs_answers_and_tri
     )
     assert refused.status_code == 422, refused.text
     assert "second model" in refused.json()["detail"]
-    for kb_id in (kb["id"], plain):
-        ragkb.client.delete(f"/v1/knowledge-bases/{kb_id}")
-
-
-def _wait_done(ragkb: RunningRagkb, kb_id: str, documents: int) -> None:
-    listed = ragkb.client.get(f"/v1/knowledge-bases/{kb_id}/documents").json()
-    assert len(listed) == documents
-    for document in listed:
-        assert ragkb.wait_document(kb_id, document["id"])["status"] == "done"

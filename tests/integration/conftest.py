@@ -7,9 +7,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from qdrant_client import QdrantClient
 from sqlalchemy.orm import Session, sessionmaker
 
 from ragkb_core.ids import new_id
+from ragkb_core.settings import QdrantSettings
+from ragkb_retriever.index.edge import EdgeIndex
+from ragkb_retriever.index.server import ServerIndex
 from ragkb_store.db.engine import transaction
 from ragkb_store.db.models import KnowledgeBase
 from ragkb_store.ledger import DocumentLedger
@@ -46,3 +50,19 @@ def kb_id(sessions: sessionmaker[Session]) -> str:
     with transaction(sessions) as session:
         session.add(KnowledgeBase(id=kb_id, name=f"kb-{kb_id}", embedding_model="m", analyzer_version="a"))
     return kb_id
+
+
+# The two index adapters, empty: Qdrant Edge in a temporary folder (no optimisation while a test writes) and a
+# Qdrant server's API on qdrant-client's local mode.
+@pytest.fixture
+def edge(tmp_path: Path) -> Iterator[EdgeIndex]:
+    index = EdgeIndex(QdrantSettings(path=tmp_path / "index", optimize_after_points=100_000))
+    yield index
+    index.close()
+
+
+@pytest.fixture
+def server() -> Iterator[ServerIndex]:
+    index = ServerIndex(QdrantClient(location=":memory:"))
+    yield index
+    index.close()

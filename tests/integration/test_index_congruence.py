@@ -8,13 +8,12 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from qdrant_client import QdrantClient
 
 from ragkb_core import ids
 from ragkb_core.contracts import DocType, ScopeFilter, SparseTerms
@@ -311,20 +310,6 @@ def _as_hits(scored: list[tuple[str, float]]) -> list[IndexHit]:
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-def edge(tmp_path: Path) -> Iterator[EdgeIndex]:
-    index = EdgeIndex(QdrantSettings(path=tmp_path / "index", optimize_after_points=100_000))
-    yield index
-    index.close()
-
-
-@pytest.fixture
-def server() -> Iterator[ServerIndex]:
-    index = ServerIndex(QdrantClient(location=":memory:"))
-    yield index
-    index.close()
 
 
 @pytest.fixture

@@ -8,18 +8,14 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
-from qdrant_client import QdrantClient
 
 from ragkb_core import ids
 from ragkb_core.contracts import ScopeFilter, SparseTerms
 from ragkb_core.errors import InvalidInput
 from ragkb_core.fusion import leg_parts
-from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.filters import kb_filter
 from ragkb_retriever.index.port import IndexHit, IndexPoint, SecondQuery, VectorIndex
@@ -78,20 +74,6 @@ def _points(rng: random.Random) -> list[IndexPoint]:
 RNG = random.Random(7)
 WRITTEN = _points(RNG)
 QUESTION = (_unit(RNG, DENSE), SparseTerms(indices=[1, 2, 3, 5, 8], values=[1.0] * 5), _unit(RNG, SECOND))
-
-
-@pytest.fixture
-def edge(tmp_path: Path) -> Iterator[EdgeIndex]:
-    index = EdgeIndex(QdrantSettings(path=tmp_path / "index", optimize_after_points=100_000))
-    yield index
-    index.close()
-
-
-@pytest.fixture
-def server() -> Iterator[ServerIndex]:
-    index = ServerIndex(QdrantClient(location=":memory:"))
-    yield index
-    index.close()
 
 
 def _loaded(index: VectorIndex) -> VectorIndex:

@@ -10,8 +10,10 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -19,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 MARKER_NAME = ".ragkb-build.json"
+
+logger = logging.getLogger(__name__)
 
 
 def file_sha256(path: Path) -> str:
@@ -57,6 +61,20 @@ def build_folder(target: Path, provenance: Mapping[str, Any], write: Callable[[P
         _replace_folder(tmp, target)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def cached_folder(cache_dir: Path, name: str, provenance: Mapping[str, Any], write: Callable[[Path], None]) -> Path:
+    """The folder `name` in the cache, built by `write` unless a complete one of this provenance is there: one
+    builder at a time across processes (a process that waited for another's build finds it done)."""
+    target = cache_dir / name
+    if folder_is_complete(target, provenance):
+        return target
+    with build_lock(cache_dir, name):
+        if not folder_is_complete(target, provenance):
+            started = time.perf_counter()
+            build_folder(target, provenance, write)
+            logger.info("built %s in %.1f s", target, time.perf_counter() - started)
+    return target
 
 
 def _replace_folder(tmp: Path, target: Path) -> None:

