@@ -241,6 +241,7 @@ def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: Running
         "noise_patterns": ["^Page \\d+$"],
         "ocr": True,
         "passage_precision": "auto",
+        "second_model": None,
     }
     invalid = [
         {"noise_patterns": ["(unclosed"]},
@@ -248,6 +249,7 @@ def test_kb_chunking_settings_are_validated_stored_and_changeable(ragkb: Running
         {"target_tokens": 64, "overlap_tokens": 64},
         {"max_tokens": 4000},
         {"passage_precision": "int4"},
+        {"second_model": "no-such-model"},
     ]
     for chunking in invalid:
         response = ragkb.client.post("/v1/knowledge-bases", json={"name": "bad-chunking", "chunking": chunking})

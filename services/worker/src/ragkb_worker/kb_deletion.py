@@ -111,8 +111,7 @@ class KbDeleter:
 
     def _delete_unreferenced(self, shas: set[str]) -> None:
         """A file uploaded to two KBs is one blob: it stays while the other KB's document has it."""
-        for sha in self._ledger.unreferenced_blobs(shas):
-            self._blobs.delete(sha)
+        self._blobs.delete_unused(shas, self._ledger.unreferenced_blobs)
 
     def fail(self, job_id: str, reason: str) -> str:
         """End the job failed: the KB stays `deleting`, and DELETE again resumes the steps."""

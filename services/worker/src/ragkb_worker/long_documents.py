@@ -139,11 +139,14 @@ class LongDocuments:
         planned = plan_ranges(claim.media_type, chunks, self._settings)
         if planned is None:
             return None
-        text_sha = self._blobs.put(text.encode("utf-8"))
+        text_bytes = text.encode("utf-8")
+        text_sha = self._blobs.put(text_bytes)
         plan = SplitPlan(planned, text_sha, {**report, "ranges": len(planned)}, dict(clock.seconds), len(chunks))
         if not self._ranges.plan(claim, plan):
             self._publisher.delete_unreferenced({text_sha})
             return IngestOutcome(claim.document_id, "superseded")
+        # The split's row now holds the text: stored again if a deletion took it before that (delete_unused).
+        self._blobs.ensure_stored(text_sha, text_bytes)
         self._send_all(claim, range(len(planned)))
         _log.info("document %s v%d: %d chunks split into %d ranges", claim.document_id, claim.version, len(chunks),
                   len(planned))  # fmt: skip

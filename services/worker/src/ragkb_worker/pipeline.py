@@ -158,8 +158,11 @@ class IngestPipeline:
         with clock.stage("index"):
             points = document_points(current, chunks, embedded, bm25.version)
             self._retriever.write_document(points)
-        text_sha = self._blobs.put(text.encode("utf-8"))
-        return self.publisher.settle(current, len(chunks), clock.seconds, report, text_sha)
+        text_bytes = text.encode("utf-8")
+        text_sha = self._blobs.put(text_bytes)
+        outcome = self.publisher.settle(current, len(chunks), clock.seconds, report, text_sha)
+        self._keep_live_texts([text_sha], [text_bytes], [outcome])
+        return outcome
 
     def run_batch(self, claims: list[Claim], parse_budget_s: float = float("inf")) -> BatchOutcome:
         """Build several short documents of one KB together: each parsed and chunked alone (its bad input fails it
@@ -255,17 +258,22 @@ class IngestPipeline:
         self._retriever.write_documents(builds[0][1].kb_id, [points for _, points in builds])
         documents = [document for document, _ in builds]
         _share_seconds(documents, "index", time.perf_counter() - started)
+        texts = [document.text.encode("utf-8") for document in documents]
+        shas = [self._blobs.put(text) for text in texts]
         versions = [
-            BuiltVersion(
-                document.claim,
-                len(document.chunks),
-                document.clock.seconds,
-                document.report,
-                self._blobs.put(document.text.encode("utf-8")),
-            )
-            for document in documents
+            BuiltVersion(document.claim, len(document.chunks), document.clock.seconds, document.report, sha)
+            for document, sha in zip(documents, shas, strict=True)
         ]
-        return self.publisher.settle_many(versions)
+        outcomes = self.publisher.settle_many(versions)
+        self._keep_live_texts(shas, texts, outcomes)
+        return outcomes
+
+    def _keep_live_texts(self, shas: list[str], texts: list[bytes], outcomes: list[IngestOutcome]) -> None:
+        """The extracted texts of the versions made live, stored again where a deletion of a blob with the same
+        bytes (another document's text) took one between its write and the commit (BlobStore.delete_unused)."""
+        for sha, text, outcome in zip(shas, texts, outcomes, strict=True):
+            if outcome.status == "done":
+                self._blobs.ensure_stored(sha, text)
 
     def build_into(self, claim: Claim, generation: int) -> int:
         """Build the claim's version, with the claim's settings, into an index generation that does not serve
@@ -365,8 +373,7 @@ class VersionPublisher:
             self._retriever.delete_document(claim.kb_id, claim.document_id, only_version=claim.version)
 
     def delete_unreferenced(self, shas: set[str | None]) -> None:
-        for sha in self._ledger.unreferenced_blobs({sha for sha in shas if sha}):
-            self._blobs.delete(sha)
+        self._blobs.delete_unused({sha for sha in shas if sha}, self._ledger.unreferenced_blobs)
 
 
 class Splitter(Protocol):

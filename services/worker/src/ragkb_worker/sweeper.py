@@ -68,9 +68,8 @@ class Sweeper:
         candidates = list(self._blobs.older_than(self._settings.orphan_blob_age_s))
         orphans: set[str] = set()
         for start in range(0, len(candidates), _BLOB_BATCH):
-            orphans |= self._ledger.unreferenced_blobs(set(candidates[start : start + _BLOB_BATCH]))
-        for sha in orphans:
-            self._blobs.delete(sha)
+            batch = candidates[start : start + _BLOB_BATCH]
+            orphans |= self._blobs.delete_unused(batch, self._ledger.unreferenced_blobs)
         if orphans:
             _log.info("deleted %d stored files no document uses", len(orphans))
         return len(orphans)

@@ -104,6 +104,8 @@ class DocumentService:
             # Refused by a change that raced the check: the original goes unless another document has it.
             self._delete_unreferenced({new.blob_sha256})
             raise
+        # Recorded: a deletion racing the upload can no longer take the original, but may have just before.
+        self._blobs.ensure_stored(new.blob_sha256, upload.data)
         if recorded.changed:
             self._enqueue(recorded.document)
         if recorded.replaced_blob:
@@ -178,6 +180,7 @@ class DocumentService:
                 results[item.index] = _refused(item.index, item.source_id, outcome)
                 unused.add(item.new.blob_sha256)
                 continue
+            self._blobs.ensure_stored(item.new.blob_sha256, item.data)  # as in `accept`
             document = DocumentAccepted(**document_out(outcome.document).model_dump(), unchanged=not outcome.changed)
             results[item.index] = BatchItemResult(index=item.index, source_id=item.source_id, document=document)
             unused.update({outcome.replaced_blob} if outcome.replaced_blob else set())
@@ -266,8 +269,7 @@ class DocumentService:
             _log.warning("could not queue a batch's documents now; the sweeper will queue them", exc_info=True)
 
     def _delete_unreferenced(self, shas: set[str]) -> None:
-        for sha in self._ledger.unreferenced_blobs(shas):
-            self._blobs.delete(sha)
+        self._blobs.delete_unused(shas, self._ledger.unreferenced_blobs)
 
 
 def _new_version(kb_id: str, fields: DocumentFields, upload: Upload, media_type: str, lane: Lane) -> NewVersion:
