@@ -11,7 +11,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from qdrant_client import QdrantClient
 
 from ragkb_analyzer import bm25_encoder_for
 from ragkb_core import ids
@@ -22,7 +21,6 @@ from ragkb_core.settings import AnalyzerSettings, QdrantSettings
 from ragkb_retriever.index.edge import EdgeIndex
 from ragkb_retriever.index.filters import kb_filter
 from ragkb_retriever.index.port import GenerationInfo, IndexPoint, VectorIndex
-from ragkb_retriever.index.server import ServerIndex
 from ragkb_retriever.indexing import IndexService
 from ragkb_retriever.reranking import RerankerPool
 from ragkb_retriever.searching import SearchService
@@ -59,20 +57,6 @@ def _found(index: VectorIndex, generation: int | None = None, dim: int = DIM) ->
     sparse = SparseTerms(indices=[1, 2], values=[1.0, 1.0])
     results = index.search(KB, [0.5] * dim, sparse, ScopeFilter(), 50, 50, 61, generation=generation)
     return {hit.payload["document_id"] for hit in results.fused}
-
-
-@pytest.fixture
-def edge(tmp_path: Path) -> Iterator[EdgeIndex]:
-    index = EdgeIndex(QdrantSettings(path=tmp_path / "index"))
-    yield index
-    index.close()
-
-
-@pytest.fixture
-def server() -> Iterator[ServerIndex]:
-    index = ServerIndex(QdrantClient(location=":memory:"))
-    yield index
-    index.close()
 
 
 @pytest.fixture(params=ENGINES)
