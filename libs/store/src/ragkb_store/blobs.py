@@ -82,9 +82,6 @@ class BlobStore:
     def exists(self, sha: str) -> bool:
         return self._path(sha).exists()
 
-    def delete(self, sha: str) -> None:
-        self._path(sha).unlink(missing_ok=True)
-
     def delete_unused(self, shas: Iterable[str], unused: Callable[[set[str]], set[str]]) -> set[str]:
         """Delete those of `shas` that no document uses (`unused`: the ledger's check, e.g.
         DocumentLedger.unreferenced_blobs); returns those deleted.
