@@ -43,6 +43,7 @@ from ragkb_worker.pipeline import (
     document_points,
     embed_in_slices,
     embedding_text,
+    second_encoder,
 )
 from ragkb_worker.settings import LongDocumentSettings
 
@@ -187,14 +188,13 @@ class LongDocuments:
             self._encoder_for(work.embedding_model, claim.chunking.passage_precision),
         )
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
-        second_model = claim.chunking.second_model
         embedded = embed_in_slices(
             texts,
             [claim.title] * len(texts),
             encoder,
             bm25,
             lambda: self._ranges.renew_range(work),
-            second=None if second_model is None else self._encoder_for(second_model, "float32"),
+            second=second_encoder(self._encoder_for, claim),
         )
         if embedded is None or (current := self._ranges.renew_range(work)) is None:
             return IngestOutcome(claim.document_id, "superseded")

@@ -137,7 +137,7 @@ class IngestPipeline:
         # version, and are embedded by the model whose tokenizer cut them.
         bm25 = self._bm25_for(claim.analyzer)
         encoder = self._encoder_for(claim.embedding_model, claim.chunking.passage_precision)
-        second = self._second_encoder(claim)
+        second = second_encoder(self._encoder_for, claim)
         # Renewing between stages keeps the lease alive and notices a newer upload early; a claim taken moments
         # ago (a short document parses and chunks in milliseconds) has both, and its renewal would be one more
         # database commit per document for nothing (bench/ingest_profile.py).
@@ -198,7 +198,7 @@ class IngestPipeline:
         first = prepared[0].claim
         bm25 = self._bm25_for(first.analyzer)
         encoder = self._encoder_for(first.embedding_model, first.chunking.passage_precision)
-        second = self._second_encoder(first)
+        second = second_encoder(self._encoder_for, first)
         started = time.perf_counter()
         texts = [embedding_text(document.claim.title, chunk) for document in prepared for chunk in document.chunks]
         titles = [document.claim.title for document in prepared for _ in document.chunks]
@@ -283,7 +283,12 @@ class IngestPipeline:
         texts = [embedding_text(claim.title, chunk) for chunk in chunks]
         encoder = self._encoder_for(claim.embedding_model, claim.chunking.passage_precision)
         embedded = embed_in_slices(
-            texts, [claim.title] * len(texts), encoder, bm25, lambda: True, second=self._second_encoder(claim)
+            texts,
+            [claim.title] * len(texts),
+            encoder,
+            bm25,
+            lambda: True,
+            second=second_encoder(self._encoder_for, claim),
         )
         assert embedded is not None  # the renewal above never answers None
         points = document_points(claim, chunks, embedded, bm25.version)
@@ -293,12 +298,6 @@ class IngestPipeline:
             claim.kb_id, claim.document_id, keep_version=claim.version, generation=generation
         )
         return len(chunks)
-
-    def _second_encoder(self, claim: Claim) -> PassageEncoder | None:
-        """The encoder of the claim's second model (KbChunking.second_model), None when its KB has none. Models
-        other than the packaged e5 have no int8 graphs: float32 (KbChunking.passage_precision does not apply)."""
-        second_model = claim.chunking.second_model
-        return None if second_model is None else self._encoder_for(second_model, "float32")
 
     def _prepare(
         self, claim: Claim, clock: StageClock, heartbeat: Callable[[], object] | None = None
@@ -388,6 +387,13 @@ class Splitter(Protocol):
     def resume(self, claim: Claim) -> IngestOutcome | None:
         """Go on with the claimed version's split, if it has one."""
         ...
+
+
+def second_encoder(encoder_for: PassageEncoderFor, claim: Claim) -> PassageEncoder | None:
+    """The encoder of the claim's second model (KbChunking.second_model), None when its KB has none. Models
+    other than the packaged e5 have no int8 graphs: float32 (KbChunking.passage_precision does not apply)."""
+    second_model = claim.chunking.second_model
+    return None if second_model is None else encoder_for(second_model, "float32")
 
 
 def check_same_model(claim: Claim, current: Claim) -> None:
