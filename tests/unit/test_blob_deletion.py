@@ -78,3 +78,29 @@ def test_a_blob_left_aside_by_a_deletion_that_died_is_put_back_by_the_sweep(tmp_
     assert blobs.read(SHA) == DATA and not aside.exists()
     assert blobs.delete_unused({SHA}, lambda shas: set()) == set()  # a document uses it: it stays
     assert blobs.read(SHA) == DATA
+
+
+def test_a_restore_keeps_the_blobs_a_deletion_took_before_its_commit(tmp_path: Path) -> None:
+    """A writer of many blobs (a restore) pins each one it stores; a deletion between the write and the commit
+    takes the stored blob, and the pins put it back once the rows are committed."""
+    blobs = BlobStore(tmp_path)
+    with blobs.pinned() as pins:
+        assert pins.put(DATA) == SHA
+        assert blobs.delete_unused({SHA}, lambda shas: shas) == {SHA}  # another KB's deletion, before the commit
+        assert not blobs.exists(SHA) and pins.holds(SHA)
+        pins.ensure_stored()  # what the writer does once its rows are committed
+        assert blobs.read(SHA) == DATA
+    assert not [entry for entry in tmp_path.iterdir() if entry.name.startswith(".pins-")]
+    assert blobs.read(SHA) == DATA  # the pins went, the blob stays
+
+
+def test_pins_left_by_a_writer_that_died_are_removed_by_the_sweep(tmp_path: Path) -> None:
+    blobs = BlobStore(tmp_path)
+    pins_folder = tmp_path / ".pins-dead"
+    pins_folder.mkdir()
+    blobs.put(DATA)
+    os.link(tmp_path / SHA[:2] / SHA[2:4] / SHA, pins_folder / SHA)
+    an_hour_ago = time.time() - 3600
+    os.utime(pins_folder, (an_hour_ago, an_hour_ago))
+    list(blobs.older_than(60))
+    assert not pins_folder.exists() and blobs.read(SHA) == DATA

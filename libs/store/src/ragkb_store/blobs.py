@@ -6,10 +6,12 @@ import errno
 import hashlib
 import os
 import re
+import shutil
 import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ragkb_core.errors import InvalidInput, NotFound, Unavailable
@@ -17,6 +19,8 @@ from ragkb_core.errors import InvalidInput, NotFound, Unavailable
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 # A blob a deletion has set aside while it checks again that no document uses it (BlobStore.delete_unused).
 _ASIDE_PREFIX = ".deleting-"
+# A writer's hard links to the blobs it stored, kept until its rows are committed (BlobStore.pinned).
+_PINS_PREFIX = ".pins-"
 # A full disk (or quota) is transient: space comes back when an operator frees some. Uploads answer 503 with
 # Retry-After meanwhile and the worker retries, rather than a 500 or a document failed for good.
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -118,6 +122,24 @@ class BlobStore:
         if not self.exists(sha):
             self.put(data)
 
+    def put_back(self, sha: str, copy: Path) -> None:
+        """Puts a blob back in place from a hard link (or copy) of its file, which stays where it is."""
+        target = self._path(sha)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        linked = copy.with_name(f".{sha}-{uuid.uuid4().hex}")
+        os.link(copy, linked)
+        os.replace(linked, target)
+
+    @contextmanager
+    def pinned(self) -> Iterator[BlobPins]:
+        """Pins for a writer that stores many blobs before it commits the rows that use them (a restore), where
+        keeping every blob's bytes for `ensure_stored` would hold a whole archive in memory: see BlobPins."""
+        folder = Path(tempfile.mkdtemp(dir=self.root, prefix=_PINS_PREFIX))
+        try:
+            yield BlobPins(self, folder)
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
     def older_than(self, age_s: float) -> Iterator[str]:
         """The digests of blobs last written more than `age_s` ago (the orphan sweep's candidates; a blob
         just stored for an upload whose row is not committed yet is younger). Leftover temp files of writes
@@ -133,6 +155,10 @@ class BlobStore:
             if _SHA256.match(sha) and _mtime(entry) < cutoff:
                 self._path(sha).parent.mkdir(parents=True, exist_ok=True)
                 os.replace(entry, self._path(sha))
+        # Pins of a writer that died (its rows committed or not): links only, the blobs stay where they are.
+        for entry in self.root.glob(f"{_PINS_PREFIX}*"):
+            if _mtime(entry) < cutoff:
+                shutil.rmtree(entry, ignore_errors=True)
         for path in self.root.glob("??/??/*"):
             if _SHA256.match(path.name) and _mtime(path) < cutoff:
                 yield path.name
@@ -141,6 +167,35 @@ class BlobStore:
         if not _SHA256.match(sha):
             raise InvalidInput("not a sha256 digest")
         return self.root / sha[:2] / sha[2:4] / sha
+
+
+class BlobPins:
+    """Each blob a writer stores through `put` is also hard-linked into the writer's own folder. A deletion
+    (`BlobStore.delete_unused`) may take a blob between the write and the commit of the row that uses it; the
+    link keeps its bytes, and `ensure_stored`, called once the rows are committed, puts back each one taken."""
+
+    def __init__(self, store: BlobStore, folder: Path) -> None:
+        self._store = store
+        self._folder = folder
+
+    def put(self, data: bytes) -> str:
+        sha = self._store.put(data)
+        pin = self._folder / sha
+        if not pin.exists():
+            try:
+                os.link(self._store.path_of(sha), pin)
+            except (FileNotFoundError, NotFound):  # a deletion took it already: keep the bytes as a file
+                pin.write_bytes(data)
+        return sha
+
+    def holds(self, sha: str) -> bool:
+        """Whether this writer stored the blob: it is there for its rows, whatever a deletion did meanwhile."""
+        return _SHA256.match(sha) is not None and (self._folder / sha).exists()
+
+    def ensure_stored(self) -> None:
+        for pin in self._folder.iterdir():
+            if _SHA256.match(pin.name) and not self._store.exists(pin.name):
+                self._store.put_back(pin.name, pin)
 
 
 def _mtime(path: Path) -> float:

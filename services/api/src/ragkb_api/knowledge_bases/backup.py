@@ -169,41 +169,42 @@ class BackupService:
         new_ids = {document.id: new_id() for document in documents}
         indexed: set[str] = set()
         points = 0
-        for member in reader.rest():
-            if isinstance(member, BlobMember):
-                self._blobs.put(member.data)
-                continue
-            if member.document_id not in new_ids:
-                raise not_a_backup(f"points of a document the backup does not list: {member.document_id}")
-            written = member.points.model_copy(update={"kb_id": kb.id, "document_id": new_ids[member.document_id]})
-            points += self._retriever.write_document(written).written
-            indexed.add(member.document_id)
-        self._require_blobs(documents)
-        restored = [
-            _restored(document, new_ids[document.id], document.id in indexed, self._blobs.exists)
-            for document in documents
-        ]
-        queued = self._ledger.restore(kb.id, restored)
+        # Pinned: another KB's deletion of the same bytes may take a stored blob before the rows are committed.
+        with self._blobs.pinned() as pins:
+            for member in reader.rest():
+                if isinstance(member, BlobMember):
+                    pins.put(member.data)
+                    continue
+                if member.document_id not in new_ids:
+                    raise not_a_backup(f"points of a document the backup does not list: {member.document_id}")
+                written = member.points.model_copy(update={"kb_id": kb.id, "document_id": new_ids[member.document_id]})
+                points += self._retriever.write_document(written).written
+                indexed.add(member.document_id)
+            _require_blobs(documents, pins.holds)
+            restored = [
+                _restored(document, new_ids[document.id], document.id in indexed, pins.holds) for document in documents
+            ]
+            queued = self._ledger.restore(kb.id, restored)
+            pins.ensure_stored()
         self._queue.send_batch(kb.id, [(document_id, Lane.BULK) for document_id in queued])
         _log.info(
             "KB %s restored as %s: %d documents, %d points", manifest.knowledge_base.name, kb.id, len(documents), points
         )
         return RestoreReport(self._knowledge_bases.get(kb.id), len(documents), points, len(queued))
 
-    def _require_blobs(self, documents: list[BackedUpDocument]) -> None:
-        """Every document's original must have come with the archive: a document without it could never be
-        built again."""
-        missing = sorted(
-            {document.blob_sha256 for document in documents if not self._blobs.exists(document.blob_sha256)}
-        )
-        if missing:
-            raise not_a_backup(f"the originals of {len(missing)} documents are missing (first: {missing[0]})")
-
     def _remove(self, kb_id: str) -> None:
         """Undo a restore that failed: its index and its KB row (no document row was written yet)."""
         self._retriever.drop_kb(kb_id)
         with transaction(self._sessions) as session:
             session.execute(delete(KnowledgeBase).where(KnowledgeBase.id == kb_id))
+
+
+def _require_blobs(documents: list[BackedUpDocument], restored_blob: Callable[[str], bool]) -> None:
+    """Every document's original must have come with the archive: a document without it could never be built
+    again."""
+    missing = sorted({document.blob_sha256 for document in documents if not restored_blob(document.blob_sha256)})
+    if missing:
+        raise not_a_backup(f"the originals of {len(missing)} documents are missing (first: {missing[0]})")
 
 
 def _backed_up(row: Document, points: DocumentPoints | None) -> BackedUpDocument:
@@ -233,7 +234,7 @@ def _backed_up(row: Document, points: DocumentPoints | None) -> BackedUpDocument
 
 
 def _restored(
-    document: BackedUpDocument, document_id: str, indexed: bool, blob_exists: Callable[[str], bool]
+    document: BackedUpDocument, document_id: str, indexed: bool, restored_blob: Callable[[str], bool]
 ) -> RestoredDocument:
     return RestoredDocument(
         id=document_id,
@@ -244,7 +245,7 @@ def _restored(
         size_bytes=document.size_bytes,
         blob_sha256=document.blob_sha256,
         # An extracted text the archive did not carry is made again by the next ingest.
-        text_sha256=document.text_sha256 if document.text_sha256 and blob_exists(document.text_sha256) else None,
+        text_sha256=document.text_sha256 if document.text_sha256 and restored_blob(document.text_sha256) else None,
         labels=document.labels,
         metadata=document.metadata,
         doc_type=document.doc_type,
