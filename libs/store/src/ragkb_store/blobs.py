@@ -62,9 +62,7 @@ class BlobStore:
                 temp.flush()
                 os.fsync(temp.fileno())
             sha = digest.hexdigest()
-            target = self._path(sha)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            os.replace(temp_name, target)
+            self._move_into_place(sha, Path(temp_name))
             return sha
         except BaseException:
             Path(temp_name).unlink(missing_ok=True)
@@ -124,11 +122,9 @@ class BlobStore:
 
     def put_back(self, sha: str, copy: Path) -> None:
         """Puts a blob back in place from a hard link (or copy) of its file, which stays where it is."""
-        target = self._path(sha)
-        target.parent.mkdir(parents=True, exist_ok=True)
         linked = copy.with_name(f".{sha}-{uuid.uuid4().hex}")
         os.link(copy, linked)
-        os.replace(linked, target)
+        self._move_into_place(sha, linked)
 
     @contextmanager
     def pinned(self) -> Iterator[BlobPins]:
@@ -153,8 +149,7 @@ class BlobStore:
         for entry in self.root.glob(f"{_ASIDE_PREFIX}*"):
             sha = entry.name.removeprefix(_ASIDE_PREFIX).split("-")[0]
             if _SHA256.match(sha) and _mtime(entry) < cutoff:
-                self._path(sha).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(entry, self._path(sha))
+                self._move_into_place(sha, entry)
         # Pins of a writer that died (its rows committed or not): links only, the blobs stay where they are.
         for entry in self.root.glob(f"{_PINS_PREFIX}*"):
             if _mtime(entry) < cutoff:
@@ -162,6 +157,12 @@ class BlobStore:
         for path in self.root.glob("??/??/*"):
             if _SHA256.match(path.name) and _mtime(path) < cutoff:
                 yield path.name
+
+    def _move_into_place(self, sha: str, source: Path) -> None:
+        """Renames `source` to the blob's path, atomically: a reader sees the old blob or the new, never half."""
+        target = self._path(sha)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(source, target)
 
     def _path(self, sha: str) -> Path:
         if not _SHA256.match(sha):
