@@ -6,9 +6,12 @@ of the deleter's steps with a writer's is played here, on a real folder."""
 
 from __future__ import annotations
 
+import errno
 import os
 import time
 from pathlib import Path
+
+import pytest
 
 from ragkb_store.blobs import BlobStore, sha256_of
 
@@ -104,3 +107,16 @@ def test_pins_left_by_a_writer_that_died_are_removed_by_the_sweep(tmp_path: Path
     os.utime(pins_folder, (an_hour_ago, an_hour_ago))
     list(blobs.older_than(60))
     assert not pins_folder.exists() and blobs.read(SHA) == DATA
+
+
+def test_pins_on_a_file_system_without_hard_links_keep_copies(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_hard_links(source: object, target: object) -> None:
+        raise OSError(errno.EPERM, "hard links are not supported here")
+
+    monkeypatch.setattr(os, "link", no_hard_links)
+    blobs = BlobStore(tmp_path)
+    with blobs.pinned() as pins:
+        pins.put(DATA)
+        assert blobs.delete_unused({SHA}, lambda shas: shas) == {SHA}
+        pins.ensure_stored()
+        assert blobs.read(SHA) == DATA

@@ -123,7 +123,10 @@ class BlobStore:
     def put_back(self, sha: str, copy: Path) -> None:
         """Puts a blob back in place from a hard link (or copy) of its file, which stays where it is."""
         linked = copy.with_name(f".{sha}-{uuid.uuid4().hex}")
-        os.link(copy, linked)
+        try:
+            os.link(copy, linked)
+        except OSError:  # a file system without hard links
+            shutil.copyfile(copy, linked)
         self._move_into_place(sha, linked)
 
     @contextmanager
@@ -185,7 +188,8 @@ class BlobPins:
         if not pin.exists():
             try:
                 os.link(self._store.path_of(sha), pin)
-            except (FileNotFoundError, NotFound):  # a deletion took it already: keep the bytes as a file
+            # A deletion took it already, or the file system has no hard links: the bytes themselves, then.
+            except (OSError, NotFound):
                 pin.write_bytes(data)
         return sha
 
