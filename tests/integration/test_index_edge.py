@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams
+from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams, Point, UpdateOperation
 
 from ragkb_core import ids
 from ragkb_core.contracts import ScopeFilter, SparseTerms
@@ -79,7 +79,7 @@ from ragkb_core.settings import QdrantSettings
 from ragkb_retriever.index import build_index
 from ragkb_retriever.index.edge import EdgeIndex
 from tests.integration.test_index_edge import KB, _points
-index = EdgeIndex(QdrantSettings(path=sys.argv[1]), flush_interval_s=3600)
+index = EdgeIndex(QdrantSettings(path=sys.argv[1], flush_interval_s=3600, wal_sync_interval_s=3600))
 index.create_kb(KB, 16)
 for number in range(5):
     index.upsert(KB, _points(KB, f"doc{number}", 20))
@@ -173,6 +173,27 @@ def test_the_maintainer_optimises_a_shard_asked_for_in_the_background(tmp_path: 
         handle.close()
 
 
+def test_the_maintainer_syncs_a_written_shards_wal_long_before_it_flushes_it(tmp_path: Path) -> None:
+    """A whole flush holds the GIL (every search of the retriever waits), so it runs rarely; the WAL's files are
+    synced (os.fsync, GIL let go) soon after a write, which is what keeps an acknowledged write through a power
+    loss."""
+    shard_path = tmp_path / "s"
+    handle = ShardHandle("s", _shard(shard_path), wal=shard_path / "wal")
+    maintainer = ShardMaintainer(lambda: [handle], flush_interval_s=3600, wal_sync_interval_s=0.05)
+    try:
+        with handle.use() as shard:
+            shard.update(UpdateOperation.upsert_points([Point(n, {"dense": [0.5] * DIM}, {}) for n in range(3)]))
+        handle.record_write(3)
+        assert handle.awaiting_wal_sync and handle.awaiting_flush
+        _wait_for(lambda: not handle.awaiting_wal_sync)
+        assert handle.awaiting_flush  # the whole flush waits for its own, much longer interval
+        handle.flush_if_written()
+        assert not handle.awaiting_flush and not handle.awaiting_wal_sync
+    finally:
+        maintainer.stop()
+        handle.close()
+
+
 def test_a_closed_shard_refuses_new_calls_after_the_running_ones(tmp_path: Path) -> None:
     handle = ShardHandle("s", _shard(tmp_path / "s"))
     entered, release = threading.Event(), threading.Event()
@@ -197,7 +218,7 @@ def test_a_closed_shard_refuses_new_calls_after_the_running_ones(tmp_path: Path)
 
 
 def test_threads_share_the_index_while_kbs_come_and_go(settings: QdrantSettings) -> None:
-    index = EdgeIndex(settings.model_copy(update={"optimize_after_points": 300}), flush_interval_s=0.2)
+    index = EdgeIndex(settings.model_copy(update={"optimize_after_points": 300, "flush_interval_s": 0.2}))
     index.create_kb(KB, DIM)
     index.upsert(KB, _points(KB, "seed", 100))
     errors: list[BaseException] = []

@@ -65,6 +65,13 @@ class QdrantSettings(BaseModel):
     # ...and only once no write has reached that KB for this long: an optimise holds the retriever's GIL
     # for seconds, so it waits for a bulk ingest to pause instead of stalling it (and searches) repeatedly.
     optimize_idle_s: float = Field(default=10.0, ge=0)
+    # Edge: how often the WAL of a written shard is synced to disk (os.fsync, which lets the GIL go): what a power
+    # loss can take is the writes acknowledged in the last this many seconds.
+    wal_sync_interval_s: float = Field(default=1.0, gt=0)
+    # Edge: how often a written shard is flushed whole (segments persisted, the WAL acknowledged). A flush holds the
+    # retriever's GIL for tens of milliseconds (hundreds on a busy disk), stopping every search meanwhile; with the
+    # WAL synced above it only bounds the WAL to replay at a start, so it runs rarely.
+    flush_interval_s: float = Field(default=60.0, gt=0)
     # A Qdrant cluster (server backend): the layout of a new KB's collections where its create request leaves a
     # field out (POST /v1/knowledge-bases `index`, ragkb_core.kb_settings.KbIndexLayout). Edge has one shard and
     # one copy whatever these say.

@@ -10,10 +10,11 @@ Facts of Edge (qdrant-edge-py 0.9) this adapter is built around, measured here:
   thousands of points) no other Python thread of the process runs. Running it in one background thread
   keeps it off the request that triggered it; it does not make it concurrent.
 - The WAL lives in memory-mapped files: an acknowledged update survives the process being killed
-  (tested), and reaches the disk, surviving a power loss, on `flush()`. A flush takes tens of
-  milliseconds (hundreds on a busy disk) holding the GIL, so writes do not flush one by one: the
-  background thread flushes written shards every `flush_interval_s`, as a Qdrant server flushes
-  every 5 s, and `close()` flushes all.
+  (tested), and reaches the disk, surviving a power loss, once the WAL's pages are synced. `flush()` syncs
+  them and persists the segments too, but takes tens of milliseconds (hundreds on a busy disk) holding the
+  GIL, during which no search of the process runs. So the background thread syncs the WAL files of written
+  shards itself every `wal_sync_interval_s` (os.fsync lets the GIL go), and flushes them whole only every
+  `flush_interval_s`, which then bounds only the WAL replayed at a start; `close()` flushes all.
 - Global sparse IDF counts deleted points until segments are vacuumed; the keyword leg therefore asks
   for IDF over the KB's live points (`IdfParams(corpus=...)`), which a Qdrant server computes alike.
 """
@@ -105,10 +106,10 @@ from ragkb_retriever.index.schema import (
 logger = logging.getLogger(__name__)
 
 LOCK_FILE = ".ragkb-index.lock"
+# An Edge shard's write-ahead log: its folder in the shard's directory.
+WAL_FOLDER = "wal"
 # Points per Edge update call when a write carries many (see upsert): a search waits at most one slice.
 UPSERT_SLICE = 32
-# Bounds what a power loss can take: the writes acknowledged in the last few seconds.
-FLUSH_INTERVAL_S = 5.0
 _SCHEMA_TYPES: dict[PayloadIndexKind, PayloadSchemaType] = {
     "keyword": PayloadSchemaType.Keyword,
     "integer": PayloadSchemaType.Integer,
@@ -118,7 +119,7 @@ _SCHEMA_TYPES: dict[PayloadIndexKind, PayloadSchemaType] = {
 class EdgeIndex:
     """Thread-safe: request threads share the open shards; KB creation and removal are serialised."""
 
-    def __init__(self, settings: QdrantSettings, *, flush_interval_s: float = FLUSH_INTERVAL_S) -> None:
+    def __init__(self, settings: QdrantSettings) -> None:
         self._root = settings.path
         self._root.mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_root(self._root)
@@ -134,7 +135,12 @@ class EdgeIndex:
         # aliases exist.
         self._lifecycle = threading.Lock()
         self._closed = False
-        self._maintainer = ShardMaintainer(self._open_handles, flush_interval_s, settings.optimize_idle_s)
+        self._maintainer = ShardMaintainer(
+            self._open_handles,
+            flush_interval_s=settings.flush_interval_s,
+            wal_sync_interval_s=settings.wal_sync_interval_s,
+            optimize_idle_s=settings.optimize_idle_s,
+        )
 
     # -- KBs ---------------------------------------------------------------------------------------
 
@@ -152,7 +158,7 @@ class EdgeIndex:
             shard = _create_shard(self._root / name, dense_size, second_size)
             # The alias comes last, so that it never points at a collection that is not ready.
             with self._registry:
-                self._handles[name] = ShardHandle(name, shard)
+                self._handles[name] = self._new_handle(name, shard)
                 self._aliases.write(kb_id, name)
                 self._targets[kb_id] = name
 
@@ -182,7 +188,7 @@ class EdgeIndex:
             name = ids.collection_name(kb_id, generation)
             shard = _create_new_shard(self._root / name, dense_size, second_size)
             with self._registry:
-                self._handles[name] = ShardHandle(name, shard)
+                self._handles[name] = self._new_handle(name, shard)
             return generation
 
     def generations(self, kb_id: str) -> GenerationInfo:
@@ -505,9 +511,12 @@ class EdgeIndex:
     def _open_locked(self, name: str) -> ShardHandle:
         handle = self._handles.get(name)
         if handle is None:
-            handle = ShardHandle(name, EdgeShard.load(str(self._root / name)))
+            handle = self._new_handle(name, EdgeShard.load(str(self._root / name)))
             self._handles[name] = handle
         return handle
+
+    def _new_handle(self, name: str, shard: EdgeShard) -> ShardHandle:
+        return ShardHandle(name, shard, wal=self._root / name / WAL_FOLDER)
 
     def _collection_locked(self, kb_id: str, generation: int | None) -> str:
         """The collection a call addresses; NotFound when the KB, or the given generation, does not exist."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import os
 import queue
 import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from qdrant_edge import EdgeShard
 
@@ -23,13 +25,16 @@ class ShardHandle:
     instead of pulling the shard from under a running query; a lock keeps a synchronous optimise and
     the background one from running on the shard at the same time."""
 
-    def __init__(self, name: str, shard: EdgeShard) -> None:
+    def __init__(self, name: str, shard: EdgeShard, *, wal: Path | None = None) -> None:
         self.name = name
         self._shard = shard
+        # The shard's WAL folder, synced by `sync_wal_if_written`; None: only `flush` makes writes durable.
+        self._wal = wal
         self._state = threading.Condition()
         self._users = 0
         self._closed = False
         self._unflushed = False
+        self._wal_unsynced = False
         self._written_since_optimize = 0
         self._last_write = time.monotonic()
         self._optimize_lock = threading.Lock()
@@ -53,7 +58,7 @@ class ShardHandle:
     def record_write(self, points: int = 0) -> int:
         """Note a write of `points` new points; returns how many were written since the last optimise."""
         with self._state:
-            self._unflushed = True
+            self._unflushed = self._wal_unsynced = True
             self._written_since_optimize += points
             self._last_write = time.monotonic()
             return self._written_since_optimize
@@ -62,12 +67,35 @@ class ShardHandle:
         with self._state:
             return time.monotonic() - self._last_write
 
+    @property
+    def awaiting_wal_sync(self) -> bool:
+        """Whether writes were acknowledged since the WAL was last synced (or the shard flushed)."""
+        with self._state:
+            return self._wal_unsynced
+
+    @property
+    def awaiting_flush(self) -> bool:
+        with self._state:
+            return self._unflushed
+
+    def sync_wal_if_written(self) -> None:
+        """Sync the WAL's files to disk if a write came since the last sync: the acknowledged writes then survive
+        a power loss. Edge keeps its WAL in memory-mapped files, which an fsync of each file writes out; unlike
+        Edge's `flush`, os.fsync lets the GIL go, so searches run meanwhile."""
+        with self._state:
+            if not self._wal_unsynced or self._wal is None:
+                return
+            # Cleared before the sync: a write that lands during it is synced next time.
+            self._wal_unsynced = False
+        with self.use():  # the shard stays open (and its WAL in place) while its files are synced
+            _fsync_folder(self._wal)
+
     def flush_if_written(self) -> None:
         with self._state:
             if not self._unflushed:
                 return
             # Cleared before the flush: a write that lands during it is flushed next time.
-            self._unflushed = False
+            self._unflushed = self._wal_unsynced = False
         with self.use() as shard:
             shard.flush()
 
@@ -90,9 +118,30 @@ class ShardHandle:
         self._shard.close()
 
 
+def _fsync_folder(folder: Path) -> None:
+    """fsync every file in `folder`, then the folder itself (a WAL segment created since is then found after a
+    power loss). A file Edge removes meanwhile (a WAL segment it retired) is skipped."""
+    for entry in os.scandir(folder):
+        if entry.is_file():
+            _fsync_path(entry.path)
+    _fsync_path(str(folder))
+
+
+def _fsync_path(path: str) -> None:
+    try:
+        descriptor = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
 class ShardMaintainer:
     """The one background thread of an EdgeIndex. It optimises shards on request, one at a time, each
-    queued at most once, and flushes the shards written since the last flush every `flush_interval_s`.
+    queued at most once; syncs the WAL of the shards written since the last sync every `wal_sync_interval_s`,
+    and flushes them whole every `flush_interval_s` (see edge.py on why the two differ).
 
     Edge builds HNSW only inside `optimize()` (seconds for tens of thousands of points), so that must
     never run on a request thread. Flushing in the background keeps the disk sync (tens of
@@ -100,10 +149,16 @@ class ShardMaintainer:
     """
 
     def __init__(
-        self, open_shards: Callable[[], list[ShardHandle]], flush_interval_s: float, optimize_idle_s: float = 0.0
+        self,
+        open_shards: Callable[[], list[ShardHandle]],
+        *,
+        flush_interval_s: float,
+        wal_sync_interval_s: float | None = None,
+        optimize_idle_s: float = 0.0,
     ) -> None:
         self._open_shards = open_shards
         self._flush_interval_s = flush_interval_s
+        self._wal_sync_interval_s = wal_sync_interval_s or flush_interval_s
         self._optimize_idle_s = optimize_idle_s
         self._queue: queue.SimpleQueue[ShardHandle | None] = queue.SimpleQueue()
         self._queued: set[str] = set()
@@ -127,9 +182,10 @@ class ShardMaintainer:
 
     def _run(self) -> None:
         next_flush = time.monotonic() + self._flush_interval_s
+        next_sync = time.monotonic() + self._wal_sync_interval_s
         while True:
             try:
-                handle = self._queue.get(timeout=max(0.0, next_flush - time.monotonic()))
+                handle = self._queue.get(timeout=max(0.0, min(next_flush, next_sync) - time.monotonic()))
             except queue.Empty:
                 handle = None
             if self._stopping.is_set():
@@ -137,8 +193,11 @@ class ShardMaintainer:
             if handle is not None:
                 self._optimize(handle)
             if time.monotonic() >= next_flush:
-                self._flush_all()
+                self._each_shard("flush", ShardHandle.flush_if_written)
                 next_flush = time.monotonic() + self._flush_interval_s
+            if time.monotonic() >= next_sync:
+                self._each_shard("WAL sync", ShardHandle.sync_wal_if_written)
+                next_sync = time.monotonic() + self._wal_sync_interval_s
 
     def _optimize(self, handle: ShardHandle) -> None:
         quiet_for = handle.seconds_since_write()
@@ -150,16 +209,16 @@ class ShardMaintainer:
             return
         with self._lock:
             self._queued.discard(handle.name)
-        self._guarded("optimise", handle, handle.optimize)
+        self._guarded("optimise", handle, ShardHandle.optimize)
 
-    def _flush_all(self) -> None:
+    def _each_shard(self, what: str, action: Callable[[ShardHandle], object]) -> None:
         for handle in self._open_shards():
-            self._guarded("flush", handle, handle.flush_if_written)
+            self._guarded(what, handle, action)
 
     @staticmethod
-    def _guarded(what: str, handle: ShardHandle, action: Callable[[], object]) -> None:
+    def _guarded(what: str, handle: ShardHandle, action: Callable[[ShardHandle], object]) -> None:
         try:
-            action()
+            action(handle)
         except ShardClosedError:
             pass  # its KB was dropped (or the index closed) meanwhile; closing flushed it
         except Exception:
