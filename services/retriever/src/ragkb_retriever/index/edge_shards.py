@@ -121,9 +121,12 @@ class ShardHandle:
 def _fsync_folder(folder: Path) -> None:
     """fsync every file in `folder`, then the folder itself (a WAL segment created since is then found after a
     power loss). A file Edge removes meanwhile (a WAL segment it retired) is skipped."""
-    for entry in os.scandir(folder):
-        if entry.is_file():
-            _fsync_path(entry.path)
+    try:
+        entries = [entry.path for entry in os.scandir(folder) if entry.is_file()]
+    except FileNotFoundError:  # no WAL there (an Edge that keeps it elsewhere): the whole flush alone covers it
+        return
+    for path in entries:
+        _fsync_path(path)
     _fsync_path(str(folder))
 
 
