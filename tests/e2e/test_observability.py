@@ -232,6 +232,16 @@ def test_each_services_metrics_move_by_one_ingest_and_one_search(stack: RunningR
         assert "receipts" not in text, service
         assert f"/v1/knowledge-bases/{kb_id}/" not in text, service
 
+    # The written shard's WAL is synced to disk within about a second (the whole flush waits for its minute).
+    def wal_syncs() -> float:
+        return _value(_scrape(urls["retriever"])[1], "ragkb_index_upkeep_seconds_count", operation="wal_sync")
+
+    synced_before = _value(before["retriever"], "ragkb_index_upkeep_seconds_count", operation="wal_sync")
+    deadline = time.monotonic() + 15
+    while wal_syncs() <= synced_before:
+        assert time.monotonic() < deadline, "the retriever did not sync the written shard's WAL"
+        time.sleep(0.2)
+
 
 def _json_lines(stack: RunningRagkb) -> list[dict[str, Any]]:
     lines = []

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from prometheus_client import REGISTRY
 from qdrant_edge import Distance, EdgeConfig, EdgeShard, EdgeVectorParams, Point, UpdateOperation
 
 from ragkb_core import ids
@@ -52,6 +53,10 @@ def _search(index: EdgeIndex, kb_id: str) -> int:
 
 def _shard(path: Path) -> EdgeShard:
     return EdgeShard.create(str(path), EdgeConfig(vectors={"dense": EdgeVectorParams(DIM, Distance.Cosine)}))
+
+
+def _upkeep_count(operation: str) -> float:
+    return REGISTRY.get_sample_value("ragkb_index_upkeep_seconds_count", {"operation": operation}) or 0.0
 
 
 def _wait_for(condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
@@ -180,15 +185,20 @@ def test_the_maintainer_syncs_a_written_shards_wal_long_before_it_flushes_it(tmp
     shard_path = tmp_path / "s"
     handle = ShardHandle("s", _shard(shard_path), wal=shard_path / "wal")
     maintainer = ShardMaintainer(lambda: [handle], flush_interval_s=3600, wal_sync_interval_s=0.05)
+    syncs_before, flushes_before = _upkeep_count("wal_sync"), _upkeep_count("flush")
     try:
         with handle.use() as shard:
             shard.update(UpdateOperation.upsert_points([Point(n, {"dense": [0.5] * DIM}, {}) for n in range(3)]))
         handle.record_write(3)
         assert handle.awaiting_wal_sync and handle.awaiting_flush
-        _wait_for(lambda: not handle.awaiting_wal_sync)
+        # Synced, and timed where operators see it (the flag is cleared as the sync starts, the time noted at its end).
+        _wait_for(lambda: not handle.awaiting_wal_sync and _upkeep_count("wal_sync") == syncs_before + 1)
         assert handle.awaiting_flush  # the whole flush waits for its own, much longer interval
         handle.flush_if_written()
         assert not handle.awaiting_flush and not handle.awaiting_wal_sync
+        # Each ran once: the maintainer's later turns on the unwritten shard are not counted.
+        time.sleep(0.2)
+        assert (_upkeep_count("wal_sync"), _upkeep_count("flush")) == (syncs_before + 1, flushes_before + 1)
     finally:
         maintainer.stop()
         handle.close()

@@ -56,6 +56,15 @@ api_search_stage_duration = Histogram(
     ["stage"], buckets=STAGE_BUCKETS,
 )  # fmt: skip
 
+# -- index upkeep (retriever, Qdrant Edge) ----------------------------------------------------------------------
+
+index_upkeep_duration = Histogram(
+    "ragkb_index_upkeep_seconds",
+    "Time the embedded index's background upkeep took, by operation: flush and optimize hold the retriever's "
+    "interpreter, so every search waits meanwhile; wal_sync does not.",
+    ["operation"], buckets=STAGE_BUCKETS,
+)  # fmt: skip
+
 # -- ingestion (worker) ------------------------------------------------------------------------------------------
 
 documents_ingested = Counter(

@@ -10,8 +10,11 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from qdrant_edge import EdgeShard
+
+from ragkb_telemetry import metrics
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +90,7 @@ class ShardHandle:
                 return
             # Cleared before the sync: a write that lands during it is synced next time.
             self._wal_unsynced = False
-        with self.use():  # the shard stays open (and its WAL in place) while its files are synced
+        with self.use(), _timed("wal_sync"):  # the shard stays open (and its WAL in place) while it is synced
             _fsync_folder(self._wal)
 
     def flush_if_written(self) -> None:
@@ -96,7 +99,7 @@ class ShardHandle:
                 return
             # Cleared before the flush: a write that lands during it is flushed next time.
             self._unflushed = self._wal_unsynced = False
-        with self.use() as shard:
+        with self.use() as shard, _timed("flush"):
             shard.flush()
 
     def optimize(self) -> bool:
@@ -105,7 +108,8 @@ class ShardHandle:
             with self._state:
                 # Reset before, not after: points written while this runs count towards the next one.
                 self._written_since_optimize = 0
-            return shard.optimize()
+            with _timed("optimize"):
+                return shard.optimize()
 
     def close(self) -> None:
         """Wait for the calls in flight, then flush and close. Later calls raise `ShardClosedError`."""
@@ -116,6 +120,11 @@ class ShardHandle:
             self._state.wait_for(lambda: self._users == 0)
         self._shard.flush()
         self._shard.close()
+
+
+def _timed(operation: str) -> Any:
+    """Times an upkeep operation in ragkb_index_upkeep_seconds (flush and optimize: time every search waited)."""
+    return metrics.child(metrics.index_upkeep_duration, operation).time()
 
 
 def _fsync_folder(folder: Path) -> None:
@@ -199,7 +208,7 @@ class ShardMaintainer:
                 self._each_shard("flush", ShardHandle.flush_if_written)
                 next_flush = time.monotonic() + self._flush_interval_s
             if time.monotonic() >= next_sync:
-                self._each_shard("WAL sync", ShardHandle.sync_wal_if_written)
+                self._each_shard("wal_sync", ShardHandle.sync_wal_if_written)
                 next_sync = time.monotonic() + self._wal_sync_interval_s
 
     def _optimize(self, handle: ShardHandle) -> None:
@@ -212,7 +221,7 @@ class ShardMaintainer:
             return
         with self._lock:
             self._queued.discard(handle.name)
-        self._guarded("optimise", handle, ShardHandle.optimize)
+        self._guarded("optimize", handle, ShardHandle.optimize)
 
     def _each_shard(self, what: str, action: Callable[[ShardHandle], object]) -> None:
         for handle in self._open_shards():
