@@ -167,7 +167,7 @@ def test_optimize_builds_the_index_and_keeps_results(index: EdgeIndex) -> None:
 
 def test_the_maintainer_optimises_a_shard_asked_for_in_the_background(tmp_path: Path) -> None:
     handle = ShardHandle("s", _shard(tmp_path / "s"))
-    maintainer = ShardMaintainer(lambda: [handle], flush_interval_s=0.05)
+    maintainer = ShardMaintainer(lambda: [handle], flush_interval_s=0.05, wal_sync_interval_s=0.05)
     try:
         assert handle.record_write(500) == 500
         for _ in range(3):  # asked for repeatedly, queued once

@@ -165,12 +165,12 @@ class ShardMaintainer:
         open_shards: Callable[[], list[ShardHandle]],
         *,
         flush_interval_s: float,
-        wal_sync_interval_s: float | None = None,
+        wal_sync_interval_s: float,
         optimize_idle_s: float = 0.0,
     ) -> None:
         self._open_shards = open_shards
         self._flush_interval_s = flush_interval_s
-        self._wal_sync_interval_s = wal_sync_interval_s or flush_interval_s
+        self._wal_sync_interval_s = wal_sync_interval_s
         self._optimize_idle_s = optimize_idle_s
         self._queue: queue.SimpleQueue[ShardHandle | None] = queue.SimpleQueue()
         self._queued: set[str] = set()
